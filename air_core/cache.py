@@ -1,0 +1,266 @@
+"""The node-local cache: one per machine, shared by every process, kept across runs.
+
+Entries are keyed by (volume path, size, mtime), so a changed file is fetched
+again. A fetch copies into `<entry>.part` while holding an exclusive `flock`
+on it, then renames: a process killed mid-copy leaves only a `.part` file,
+never served, whose lock dies with the process so the next fetcher takes over.
+Concurrent fetchers of one file wait on that lock and then find the entry, so
+each file crosses the network once per node.
+
+Admission, not eviction, keeps the cache within its byte cap and the disk's
+free reserve: once full, new files are not admitted (they are streamed from
+the volume instead). Under epochs that cycle over more data than fits, LRU
+eviction would drive the hit rate to zero; freezing keeps it at cap/data.
+`prune` removes the least recently used entries when the cache is over its
+cap (a lowered cap, old datasets), sparing entries used in the last hour.
+
+The data is governed: the folder is 0700 and every file 0600.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import shutil
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+
+from .errors import FetchError, OptionError
+
+CACHE_DIR_ENV = "AIR_CACHE_DIR"
+IN_USE_SECONDS = 3600
+_CHUNK = 1 << 20
+
+
+def default_dir() -> str:
+    """`$AIR_CACHE_DIR`, else `/local_disk0/air-cache` on Databricks, else a per-user temp folder."""
+    if os.environ.get(CACHE_DIR_ENV):
+        return os.environ[CACHE_DIR_ENV]
+    if os.path.isdir("/local_disk0") and os.access("/local_disk0", os.W_OK):
+        return f"/local_disk0/air-cache-{os.getuid()}"
+    return os.path.join(tempfile.gettempdir(), f"air-cache-{os.getuid()}")
+
+
+@dataclass
+class CacheStats:
+    """Counters of one process's use of the cache."""
+
+    hits: int = 0
+    misses: int = 0
+    bytes_fetched: int = 0
+    not_admitted: int = 0
+
+
+class Cache:
+    """A node-local file cache under `root`.
+
+    Args:
+        root: the cache folder (default: `default_dir()`).
+        limit_bytes: cap on the bytes held; None for no cap.
+        reserve_bytes: free space to leave on the disk (default: 10% of it).
+    """
+
+    def __init__(self, root: str | None = None, *, limit_bytes: int | None = None,
+                 reserve_bytes: int | None = None) -> None:
+        self.root = os.path.abspath(root or default_dir())
+        if limit_bytes is not None and limit_bytes < 0:
+            raise OptionError(f"cache_limit={limit_bytes}: give a number of bytes >= 0, or None for no cap")
+        self.limit_bytes = limit_bytes
+        self._objects = os.path.join(self.root, "objects")
+        self._ensure_private(self.root)
+        os.makedirs(self._objects, mode=0o700, exist_ok=True)
+        if reserve_bytes is None:
+            reserve_bytes = shutil.disk_usage(self.root).total // 10
+        self.reserve_bytes = reserve_bytes
+        self.stats = CacheStats()
+        self._lock = threading.Lock()
+        self._usage_file = os.path.join(self.root, "usage")
+        if limit_bytes is not None and self.usage() > limit_bytes:
+            self.prune()
+
+    @staticmethod
+    def _ensure_private(root: str) -> None:
+        os.makedirs(root, mode=0o700, exist_ok=True)
+        st = os.stat(root)
+        if st.st_uid != os.getuid():
+            raise OptionError(
+                f"cache folder {root} belongs to another user (uid {st.st_uid}); it holds governed "
+                f"data, so set {CACHE_DIR_ENV} to a folder of your own"
+            )
+        if st.st_mode & 0o077:
+            os.chmod(root, 0o700)
+
+    def entry_path(self, volume_path: str, size: int, mtime_ns: int) -> str:
+        """Where the copy of this version of the file lives (whether or not it is there yet)."""
+        key = hashlib.sha256(f"{volume_path}\0{size}\0{mtime_ns}".encode()).hexdigest()[:40]
+        name = volume_path.rsplit("/", 1)[-1][-96:]
+        return os.path.join(self._objects, key[:2], f"{key}-{name}")
+
+    def get(self, source: str, volume_path: str, size: int, mtime_ns: int) -> str | None:
+        """The cached copy's path, fetching `source` first if needed; None if not admitted."""
+        entry = self.entry_path(volume_path, size, mtime_ns)
+        if self._touch(entry):
+            self._count(hits=1)
+            return entry
+        os.makedirs(os.path.dirname(entry), mode=0o700, exist_ok=True)
+        part = os.path.join(os.path.dirname(entry), "." + os.path.basename(entry) + ".part")
+        fd = os.open(part, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)  # another fetcher of this file finishes first
+            if self._touch(entry):
+                _unlink_if_same(part, fd)
+                self._count(hits=1)
+                return entry
+            if not self._reserve(size):  # the empty .part stays: a waiter may still fill it
+                self._count(not_admitted=1)
+                return None
+            try:
+                os.ftruncate(fd, 0)
+                os.lseek(fd, 0, os.SEEK_SET)
+                copy_into(source, volume_path, size, mtime_ns, fd)
+                os.fchmod(fd, 0o600)
+                os.rename(part, entry)
+            except BaseException:
+                self._reserve(-size)
+                raise
+            self._count(misses=1, bytes_fetched=size)
+            return entry
+        finally:
+            os.close(fd)
+
+    def usage(self) -> int:
+        """Bytes held, as recorded in the shared ledger (scanned when there is none)."""
+        with self._ledger() as (read, _):
+            return read()
+
+    def prune(self) -> int:
+        """Remove least recently used entries until within the cap; returns bytes freed."""
+        if self.limit_bytes is None:
+            return 0
+        entries = []
+        for dirpath, _, names in os.walk(self._objects):
+            for n in names:
+                if not n.startswith("."):
+                    p = os.path.join(dirpath, n)
+                    st = os.stat(p)
+                    entries.append((st.st_atime, st.st_size, p))
+        entries.sort()
+        total = sum(e[1] for e in entries)
+        freed = 0
+        recent = time.time() - IN_USE_SECONDS
+        for atime, size, p in entries:
+            if total - freed <= self.limit_bytes or atime > recent:
+                break
+            _unlink(p)
+            freed += size
+        with self._ledger() as (_, write):
+            write(total - freed)
+        return freed
+
+    def _touch(self, entry: str) -> bool:
+        try:
+            st = os.stat(entry)
+        except FileNotFoundError:
+            return False
+        os.utime(entry, ns=(time.time_ns(), st.st_mtime_ns))  # atime drives prune's LRU
+        return True
+
+    def _reserve(self, nbytes: int) -> bool:
+        """Add `nbytes` to the ledger if they fit under the cap and the free-disk reserve."""
+        if nbytes > 0 and shutil.disk_usage(self.root).free - nbytes < self.reserve_bytes:
+            return False
+        if self.limit_bytes is None:
+            return True
+        with self._ledger() as (read, write):
+            used = read()
+            if nbytes > 0 and used + nbytes > self.limit_bytes:
+                return False
+            write(max(0, used + nbytes))
+        return True
+
+    def _ledger(self):
+        cache = self
+
+        class Ledger:
+            def __enter__(self):
+                self.fd = os.open(cache._usage_file, os.O_RDWR | os.O_CREAT, 0o600)
+                fcntl.flock(self.fd, fcntl.LOCK_EX)
+                return self.read, self.write
+
+            def read(self) -> int:
+                raw = os.pread(self.fd, 64, 0)
+                return int(raw) if raw.strip() else cache._scan()
+
+            def write(self, n: int) -> None:
+                os.ftruncate(self.fd, 0)
+                os.pwrite(self.fd, str(n).encode(), 0)
+
+            def __exit__(self, *exc):
+                os.close(self.fd)
+
+        return Ledger()
+
+    def _scan(self) -> int:
+        return sum(
+            os.path.getsize(os.path.join(d, n))
+            for d, _, names in os.walk(self._objects) for n in names if not n.startswith(".")
+        )
+
+    def _count(self, **deltas: int) -> None:
+        with self._lock:
+            for k, v in deltas.items():
+                setattr(self.stats, k, getattr(self.stats, k) + v)
+
+
+def copy_into(source: str, volume_path: str, size: int, mtime_ns: int, fd: int) -> None:
+    """Copy `source` into the open file `fd`, checking it is the listed version."""
+    with open(source, "rb", buffering=0) as src:
+        _check_version(os.fstat(src.fileno()), volume_path, size, mtime_ns)
+        buf = bytearray(min(max(size, 1), _CHUNK))
+        view = memoryview(buf)
+        copied = 0
+        while True:
+            n = src.readinto(buf)
+            if not n:
+                break
+            os.write(fd, view[:n])
+            copied += n
+    if copied != size:
+        raise FetchError(0, f"{volume_path} changed while being read ({copied} of {size} bytes)")
+
+
+def read_bytes(source: str, volume_path: str, size: int, mtime_ns: int) -> bytes:
+    """Read `source` whole into memory, checking it is the listed version."""
+    with open(source, "rb", buffering=0) as src:
+        _check_version(os.fstat(src.fileno()), volume_path, size, mtime_ns)
+        data = src.read()
+    if len(data) != size:
+        raise FetchError(0, f"{volume_path} changed while being read ({len(data)} of {size} bytes)")
+    return data
+
+
+def _check_version(st: os.stat_result, volume_path: str, size: int, mtime_ns: int) -> None:
+    if st.st_size != size or st.st_mtime_ns != mtime_ns:
+        raise FetchError(
+            0, f"{volume_path} changed after it was listed (size {size} -> {st.st_size}); "
+            "list again (make a new stream) to read the new version"
+        )
+
+
+def _unlink_if_same(path: str, fd: int) -> None:
+    """Remove `path` if it is still the file open as `fd` (whose lock we hold)."""
+    try:
+        if os.stat(path).st_ino == os.fstat(fd).st_ino:
+            os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass

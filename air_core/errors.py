@@ -1,0 +1,29 @@
+"""The errors the library raises: each says what was wrong and how to fix it."""
+
+
+class AirError(Exception):
+    """Base class of every error raised by air_core and its front doors."""
+
+
+class VolumePathError(AirError, ValueError):
+    """A path that is not a usable Unity Catalog volume path."""
+
+
+class EmptyVolumeError(AirError, ValueError):
+    """A listing that matched no file."""
+
+
+class ManifestMismatchError(AirError, RuntimeError):
+    """Two processes planned from different listings of the same folder."""
+
+
+class FetchError(AirError, OSError):
+    """A file could not be copied from the volume into the cache."""
+
+
+class StateError(AirError, ValueError):
+    """A saved iteration state that does not fit this stream."""
+
+
+class OptionError(AirError, ValueError):
+    """An option with an unknown name or a value out of range."""

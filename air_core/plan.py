@@ -1,0 +1,169 @@
+"""Which items one stream reads, in which order. Pure: numbers in, lists out.
+
+Items are indices into a manifest; sizes are their weights (bytes, or rows for
+tabular units). A plan is a function of (sizes, grid, epoch, seed, options)
+alone, so every rank and worker computes its share without talking to the
+others, and the shares are disjoint and complete by construction.
+
+Balancing ("bytes", the default): items sorted largest first are dealt to ranks
+in snake order (0..R-1, R-1..0, ...). That keeps item counts within one of
+each other and bytes within the largest item, so `equalize` costs at most one
+item per rank. The same deal splits a rank's items across its workers. The
+assignment depends on sizes alone, never on the epoch: each node's cache then
+holds only its own share. Shuffling reorders the items inside each share.
+
+"stride" reproduces the reference's `files[gid::R*W]` over the epoch order.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Collection, Literal, Sequence
+
+from .errors import OptionError
+from .grid import Grid
+
+Balance = Literal["bytes", "stride"]
+Equalize = Literal["none", "pad", "drop"]
+BALANCES = ("bytes", "stride")
+EQUALIZES = ("none", "pad", "drop")
+
+
+def epoch_order(n: int, *, epoch: int, seed: int, shuffle: bool) -> list[int]:
+    """range(n), permuted by (seed, epoch) when shuffling: the same on every rank."""
+    order = list(range(n))
+    if shuffle:
+        random.Random(f"air:{seed}:{epoch}").shuffle(order)
+    return order
+
+
+def snake(items: Sequence[int], sizes: Sequence[int], parts: int) -> list[list[int]]:
+    """Deal `items` largest first to `parts` lists in snake order; each list keeps input order."""
+    rank_of = [0] * len(items)
+    by_size = sorted(range(len(items)), key=lambda k: (-sizes[items[k]], items[k]))
+    period = 2 * parts
+    for n, k in enumerate(by_size):
+        j = n % period
+        rank_of[k] = j if j < parts else period - 1 - j
+    out: list[list[int]] = [[] for _ in range(parts)]
+    for k, item in enumerate(items):
+        out[rank_of[k]].append(item)
+    return out
+
+
+def _stride_ranks(order: Sequence[int], world: int, workers: int) -> list[list[int]]:
+    block = world * workers
+    out: list[list[int]] = [[] for _ in range(world)]
+    for p, item in enumerate(order):
+        out[(p % block) // workers].append(item)
+    return out
+
+
+def _equalize(shares: list[list[int]], order: Sequence[int], how: str) -> list[list[int]]:
+    counts = [len(s) for s in shares]
+    if how == "none" or min(counts) == max(counts):
+        return shares
+    if how == "drop":
+        return [s[: min(counts)] for s in shares]
+    target = max(counts)
+    out = []
+    for s in shares:
+        source = s or list(order)  # a rank with nothing repeats items from the whole order
+        out.append(s + [source[k % len(source)] for k in range(target - len(s))])
+    return out
+
+
+def rank_shares(
+    sizes: Sequence[int],
+    *,
+    world_size: int,
+    num_workers: int = 1,
+    epoch: int = 0,
+    seed: int = 0,
+    shuffle: bool = False,
+    balance: Balance = "bytes",
+    equalize: Equalize = "none",
+    exclude: Collection[int] = (),
+) -> list[list[int]]:
+    """Every rank's items for one epoch, in the order that rank reads them.
+
+    `exclude` removes items (already delivered ones, on resume) before
+    partitioning, so the remainder is balanced again.
+    """
+    if balance not in BALANCES:
+        raise OptionError(f"balance={balance!r}: choose one of {BALANCES}")
+    if equalize not in EQUALIZES:
+        raise OptionError(f"equalize={equalize!r}: choose one of {EQUALIZES}")
+    order = epoch_order(len(sizes), epoch=epoch, seed=seed, shuffle=shuffle)
+    if exclude:
+        skip = set(exclude)
+        order = [i for i in order if i not in skip]
+    if balance == "stride":
+        shares = _stride_ranks(order, world_size, num_workers)
+    else:
+        shares = snake(order, sizes, world_size)
+    if equalize == "drop" and order and len(order) < world_size:
+        raise OptionError(
+            f"equalize='drop' with {len(order)} items over {world_size} ranks leaves every rank "
+            "empty: use equalize='pad', or fewer ranks"
+        )
+    return _equalize(shares, order, equalize)
+
+
+def worker_share(
+    share: Sequence[int], sizes: Sequence[int], *, worker: int, num_workers: int, balance: Balance = "bytes"
+) -> list[int]:
+    """One DataLoader worker's part of its rank's share, in read order."""
+    if num_workers == 1:
+        return list(share)
+    if balance == "stride":
+        return list(share[worker::num_workers])
+    # Positions, not items: a padded share may hold an item twice.
+    positions = snake(list(range(len(share))), [sizes[i] for i in share], num_workers)[worker]
+    return [share[p] for p in positions]
+
+
+def plan(
+    sizes: Sequence[int],
+    grid: Grid,
+    *,
+    epoch: int = 0,
+    seed: int = 0,
+    shuffle: bool = False,
+    balance: Balance = "bytes",
+    equalize: Equalize = "none",
+    exclude: Collection[int] = (),
+) -> list[int]:
+    """The items one stream (rank, worker) reads in `epoch`, in order."""
+    shares = rank_shares(
+        sizes, world_size=grid.world_size, num_workers=grid.num_workers, epoch=epoch, seed=seed,
+        shuffle=shuffle, balance=balance, equalize=equalize, exclude=exclude,
+    )
+    return worker_share(shares[grid.rank], sizes, worker=grid.worker, num_workers=grid.num_workers,
+                        balance=balance)
+
+
+def delivered(
+    sizes: Sequence[int],
+    run_state: dict,
+    *,
+    seed: int = 0,
+    shuffle: bool = False,
+    balance: Balance = "bytes",
+    equalize: Equalize = "none",
+) -> set[int]:
+    """The items a whole run had delivered, from its streams' saved positions.
+
+    `run_state` is `{"epoch": e, "streams": [stream state, ...]}`; a stream state
+    holds its `grid`, `consumed` count and `resumed_from` (the run state its
+    plan excluded, or None), so resumes can be chained.
+    """
+    out: set[int] = set()
+    for s in run_state["streams"]:
+        before = delivered(sizes, s["resumed_from"], seed=seed, shuffle=shuffle, balance=balance,
+                           equalize=equalize) if s.get("resumed_from") else set()
+        items = plan(sizes, Grid(*s["grid"]), epoch=run_state["epoch"], seed=seed, shuffle=shuffle,
+                     balance=balance, equalize=equalize, exclude=before)
+        out |= before
+        out.update(items[: s["consumed"]])
+    return out

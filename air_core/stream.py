@@ -1,0 +1,290 @@
+"""FileStream: manifest + plan + cache + fetch pool -> the files of one stream.
+
+The one engine behind every front door. A stream is small when pickled (the
+manifest travels through a file in the cache folder), so it can be handed to
+spawned DataLoader workers, Ray tasks and `@distributed` functions.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Iterable, Iterator, Sequence
+
+from . import grid as grid_mod
+from . import plan as plan_mod
+from . import volume
+from .cache import Cache, read_bytes
+from .errors import ManifestMismatchError, OptionError, StateError
+from .fetch import ordered_map, retrying
+from .manifest import Manifest, list_folder, shared_manifest
+
+DEFAULT_FETCH_THREADS = 32
+DEFAULT_PREFETCH = 256
+DEFAULT_PREFETCH_BYTES = 512 << 20
+
+
+@dataclass(frozen=True)
+class CachedFile:
+    """One file of a stream.
+
+    Attributes:
+        path: the volume path (`/Volumes/c/s/v/...`).
+        local_path: a local path to read: the cached copy, or the volume file
+            itself when the cache was full (then `cached` is False).
+        size: size in bytes.
+        index: the file's index in the manifest.
+        cached: whether `local_path` is a node-local cached copy.
+    """
+
+    path: str
+    local_path: str
+    size: int
+    index: int
+    cached: bool = True
+    data: bytes | None = field(default=None, repr=False, compare=False)
+
+    def read_bytes(self) -> bytes:
+        """The file's bytes (already in memory when it was streamed past a full cache)."""
+        if self.data is not None:
+            return self.data
+        with open(self.local_path, "rb") as f:
+            return f.read()
+
+
+def read_items(
+    manifest: Manifest,
+    items: Iterable[int],
+    cache: Cache,
+    *,
+    fetch_threads: int = DEFAULT_FETCH_THREADS,
+    prefetch: int = DEFAULT_PREFETCH,
+    prefetch_bytes: int = DEFAULT_PREFETCH_BYTES,
+) -> Iterator[CachedFile]:
+    """Fetch manifest items through the cache, ahead of the consumer, in order."""
+    local_root = volume.parse(manifest.root).local
+    root, paths, sizes, mtimes = manifest.root, manifest.paths, manifest.sizes, manifest.mtimes
+
+    def fetch(i: int) -> CachedFile:
+        vpath, src = f"{root}/{paths[i]}", f"{local_root}/{paths[i]}"
+
+        def once() -> CachedFile:
+            entry = cache.get(src, vpath, sizes[i], mtimes[i])
+            if entry is not None:
+                return CachedFile(vpath, entry, sizes[i], i)
+            return CachedFile(vpath, src, sizes[i], i, cached=False, data=read_bytes(src, vpath, sizes[i], mtimes[i]))
+
+        return retrying(once, vpath)
+
+    return ordered_map(fetch, ((i, sizes[i]) for i in items), threads=fetch_threads,
+                       max_ahead=prefetch, max_bytes=prefetch_bytes)
+
+
+class FileStream:
+    """The files of one (rank, worker) stream of a volume folder, cached on first access.
+
+    Iterating yields `CachedFile`s in plan order. Every rank and DataLoader
+    worker gets a disjoint, byte-balanced share; together they cover the
+    folder exactly once per epoch (or with equal counts per rank when
+    `equalize` is set).
+
+    Args:
+        path: a volume folder, `/Volumes/c/s/v/dir` or `dbfs:/Volumes/...`.
+        include: glob(s) of files to keep, relative to `path` (`*` crosses `/`).
+        exclude: glob(s) of files to leave out.
+        shuffle: reorder each share every epoch (seeded, the same on every rank).
+        seed: the shuffle seed.
+        balance: "bytes" (default) or "stride" (the reference's `files[gid::R*W]`).
+        equalize: "none", "pad" (repeat items so every rank has as many as the
+            largest share) or "drop" (cut every share to the smallest).
+        rank, world_size: this process's place; detected when not given.
+        worker, num_workers: the DataLoader worker; detected when not given.
+        cache_dir: the node cache folder (default: `air_core.cache.default_dir()`).
+        cache_limit: cap on the cache's bytes; None for no cap.
+        fetch_threads: concurrent reads per stream.
+        prefetch: most files fetched ahead of the consumer.
+        prefetch_bytes: most bytes fetched ahead of the consumer.
+        manifest: a listing to use instead of listing `path` (it must be of `path`).
+    """
+
+    def __init__(
+        self,
+        path: str,
+        *,
+        include: str | Sequence[str] | None = None,
+        exclude: str | Sequence[str] | None = None,
+        shuffle: bool = False,
+        seed: int = 0,
+        balance: plan_mod.Balance = "bytes",
+        equalize: plan_mod.Equalize = "none",
+        rank: int | None = None,
+        world_size: int | None = None,
+        worker: int | None = None,
+        num_workers: int | None = None,
+        cache_dir: str | None = None,
+        cache_limit: int | None = None,
+        fetch_threads: int = DEFAULT_FETCH_THREADS,
+        prefetch: int = DEFAULT_PREFETCH,
+        prefetch_bytes: int = DEFAULT_PREFETCH_BYTES,
+        manifest: Manifest | None = None,
+    ) -> None:
+        if balance not in plan_mod.BALANCES:
+            raise OptionError(f"balance={balance!r}: choose one of {plan_mod.BALANCES}")
+        if equalize not in plan_mod.EQUALIZES:
+            raise OptionError(f"equalize={equalize!r}: choose one of {plan_mod.EQUALIZES}")
+        for name, value in (("fetch_threads", fetch_threads), ("prefetch", prefetch),
+                            ("prefetch_bytes", prefetch_bytes)):
+            if not isinstance(value, int) or value < 1:
+                raise OptionError(f"{name}={value!r}: give a whole number >= 1")
+        self.path = volume.parse(path).path
+        self._include, self._exclude_globs = include, exclude
+        self._plan_opts = {"seed": seed, "shuffle": bool(shuffle), "balance": balance, "equalize": equalize}
+        self._rank, self._world_size = grid_mod.detect_rank(rank, world_size)
+        grid_mod.Grid(self._rank, self._world_size)
+        self._worker, self._num_workers = worker, num_workers
+        self._cache_dir, self._cache_limit = cache_dir, cache_limit
+        self._fetch = {"fetch_threads": fetch_threads, "prefetch": prefetch, "prefetch_bytes": prefetch_bytes}
+        if manifest is not None and manifest.root != self.path:
+            raise OptionError(f"manifest= lists {manifest.root}, not {self.path}")
+        self._manifest = manifest or shared_manifest(path, include=include, exclude=exclude)
+        self._fingerprint = self._manifest.fingerprint
+        self._manifest_file: str | None = None
+        self._cache: Cache | None = None
+        self._epoch = 0
+        self._pending: dict | None = None
+        self._grid: grid_mod.Grid | None = None
+        self._consumed = 0
+        self._resumed_from: dict | None = None
+
+    # -- what the stream holds -------------------------------------------------
+
+    @property
+    def manifest(self) -> Manifest:
+        """The listing this stream plans from (loaded from the cache folder after unpickling)."""
+        if self._manifest is None:
+            self._manifest = self._load_manifest()
+        return self._manifest
+
+    @property
+    def cache(self) -> Cache:
+        """This process's handle on the node cache (its `stats` count this process's use)."""
+        if self._cache is None:
+            self._cache = Cache(self._cache_dir, limit_bytes=self._cache_limit)
+        return self._cache
+
+    @property
+    def epoch(self) -> int:
+        return self._epoch
+
+    def grid(self) -> grid_mod.Grid:
+        """This stream's place, with the DataLoader worker detected now."""
+        w, nw = grid_mod.detect_worker(self._worker, self._num_workers)
+        return grid_mod.Grid(self._rank, self._world_size, w, nw)
+
+    def items(self, grid: grid_mod.Grid | None = None) -> list[int]:
+        """Manifest indices this stream reads this epoch, in order (no resume applied)."""
+        return plan_mod.plan(self.manifest.sizes, grid or self.grid(), epoch=self._epoch, **self._plan_opts)
+
+    def __len__(self) -> int:
+        """Files this rank reads per epoch, all its DataLoader workers together."""
+        shares = plan_mod.rank_shares(self.manifest.sizes, world_size=self._world_size, epoch=self._epoch,
+                                      **self._plan_opts)
+        return len(shares[self._rank])
+
+    # -- iteration and resume ----------------------------------------------------
+
+    def set_epoch(self, epoch: int) -> None:
+        """Select the epoch (its shuffle); a pending resume state for another epoch is dropped."""
+        if self._pending is not None and self._pending["epoch"] != epoch:
+            self._pending = None
+        self._epoch = epoch
+
+    def __iter__(self) -> Iterator[CachedFile]:
+        grid = self.grid()
+        exclude, skip, resumed_from = self._take_pending(grid)
+        items = plan_mod.plan(self.manifest.sizes, grid, epoch=self._epoch, exclude=exclude, **self._plan_opts)
+        self._grid, self._consumed, self._resumed_from = grid, skip, resumed_from
+        for f in read_items(self.manifest, items[skip:], self.cache, **self._fetch):
+            self._consumed += 1
+            yield f
+
+    def state_dict(self) -> dict:
+        """Where iteration stands: plain data, enough to resume exactly-once."""
+        g = self._grid or self.grid()
+        return {
+            "epoch": self._epoch,
+            "fingerprint": self._fingerprint,
+            "plan": dict(self._plan_opts),
+            "grid": [g.rank, g.world_size, g.worker, g.num_workers],
+            "consumed": self._consumed,
+            "resumed_from": self._resumed_from,
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        """Resume at the next iteration.
+
+        Takes either one stream's `state_dict()` (resume on the same grid), or a
+        whole run's `{"epoch", "fingerprint", "plan", "streams": [state, ...]}`
+        gathered from every stream, which resumes on any grid: the items not
+        yet delivered are planned again over the current one.
+        """
+        if not isinstance(state, dict) or "epoch" not in state or "fingerprint" not in state:
+            raise StateError(f"not a FileStream state: {state!r:.200}")
+        if state["fingerprint"] != self._fingerprint:
+            raise StateError(
+                f"the state was saved over a different listing of {self.path} (fingerprint "
+                f"{state['fingerprint']} vs {self._fingerprint}): the folder changed since; "
+                "resume needs the same files"
+            )
+        if state.get("plan", self._plan_opts) != self._plan_opts:
+            raise StateError(f"the state was saved with plan options {state['plan']}, this stream has {self._plan_opts}")
+        if "streams" in state and any(s["epoch"] != state["epoch"] for s in state["streams"]):
+            raise StateError("a run state's streams must all be from its epoch")
+        self._pending = state
+        self._epoch = state["epoch"]
+
+    def _take_pending(self, grid: grid_mod.Grid) -> tuple[set[int], int, dict | None]:
+        state, self._pending = self._pending, None
+        if state is None:
+            return set(), 0, None
+        if "streams" in state:
+            return plan_mod.delivered(self.manifest.sizes, state, **self._plan_opts), 0, state
+        saved = grid_mod.Grid(*state["grid"])
+        if saved != grid:
+            raise StateError(
+                f"the state was saved by stream {saved} but this is {grid}: to resume on another grid, "
+                "load the whole run's state ({'epoch', 'fingerprint', 'plan', 'streams': [...]})"
+            )
+        before = state.get("resumed_from")
+        exclude = plan_mod.delivered(self.manifest.sizes, before, **self._plan_opts) if before else set()
+        return exclude, state["consumed"], before
+
+    # -- pickling: carry the path and options, not the listing ------------------
+
+    def __getstate__(self) -> dict:
+        d = dict(self.__dict__)
+        if d["_manifest"] is not None and d["_manifest_file"] is None:
+            d["_manifest_file"] = self._save_manifest()
+            self._manifest_file = d["_manifest_file"]
+        d["_manifest"] = None
+        d["_cache"] = None
+        return d
+
+    def _save_manifest(self) -> str:
+        folder = os.path.join(self.cache.root, "manifests")
+        os.makedirs(folder, mode=0o700, exist_ok=True)
+        file = os.path.join(folder, f"{self._fingerprint}.json.gz")
+        if not os.path.exists(file):
+            self._manifest.save(file)
+        return file
+
+    def _load_manifest(self) -> Manifest:
+        if self._manifest_file and os.path.exists(self._manifest_file):
+            return Manifest.load(self._manifest_file)
+        m = list_folder(self.path, include=self._include, exclude=self._exclude_globs)  # another node
+        if m.fingerprint != self._fingerprint:
+            raise ManifestMismatchError(
+                f"{self.path} changed since the stream was made (fingerprint {self._fingerprint}, now "
+                f"{m.fingerprint}): every process must read the same files; make the stream again"
+            )
+        return m

@@ -1,0 +1,111 @@
+"""Unity Catalog volume paths and their local counterpart.
+
+On Databricks `/Volumes/<catalog>/<schema>/<volume>/...` is a FUSE mount. Off
+Databricks, `AIR_VOLUMES_ROOT` names a local folder that stands for `/Volumes`
+(the demo, the tests and the notebooks use this). Paths may also be given as
+`dbfs:/Volumes/...`.
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+from dataclasses import dataclass
+
+from .errors import VolumePathError
+
+VOLUMES_ROOT_ENV = "AIR_VOLUMES_ROOT"
+_SHAPE = "/Volumes/<catalog>/<schema>/<volume>/<path...>"
+
+
+@dataclass(frozen=True)
+class VolumePath:
+    """A validated volume path.
+
+    Attributes:
+        path: the canonical volume path, `/Volumes/c/s/v/...` (no trailing slash).
+        volume: the volume's root, `/Volumes/c/s/v`.
+        local: where the path lives on this machine (differs from `path` when
+            `AIR_VOLUMES_ROOT` is set).
+        local_volume: where the volume's root lives on this machine.
+    """
+
+    path: str
+    volume: str
+    local: str
+    local_volume: str
+
+    def to_local(self, volume_path: str) -> str:
+        """Map a volume path under this volume to its local path."""
+        return self.local_volume + volume_path[len(self.volume):]
+
+    def to_volume(self, local_path: str) -> str:
+        """Map a local path under this volume to its volume path."""
+        return self.volume + local_path[len(self.local_volume):]
+
+
+def volumes_root() -> str:
+    """The local folder that stands for `/Volumes` (`/Volumes` itself unless overridden)."""
+    return os.environ.get(VOLUMES_ROOT_ENV) or "/Volumes"
+
+
+def parse(path: str | os.PathLike) -> VolumePath:
+    """Validate a volume path's shape and map it onto this machine.
+
+    Accepts `/Volumes/c/s/v/...` and `dbfs:/Volumes/c/s/v/...`. Raises
+    `VolumePathError` for any other shape and for `..` segments; existence is
+    checked by `require_dir`.
+    """
+    raw = os.fspath(path)
+    if not isinstance(raw, str):
+        raise VolumePathError(f"volume path must be a string, got {type(raw).__name__}")
+    text = raw[len("dbfs:"):] if raw.startswith("dbfs:") else raw
+    parts = text.split("/")
+    if ".." in parts:
+        raise VolumePathError(
+            f"{raw!r}: '..' is not allowed in a volume path; give the path inside the volume directly"
+        )
+    text = posixpath.normpath(text)
+    parts = text.split("/")
+    if len(parts) < 5 or parts[0] != "" or parts[1] != "Volumes" or not all(parts[2:5]):
+        raise VolumePathError(
+            f"{raw!r} is not a Unity Catalog volume path: expected {_SHAPE} "
+            f"(or dbfs:{_SHAPE}); on a machine without /Volumes set {VOLUMES_ROOT_ENV} "
+            "to the local folder that stands for /Volumes"
+        )
+    volume = "/".join(parts[:5])
+    root = volumes_root().rstrip("/") or "/"
+    local_volume = root + volume[len("/Volumes"):]
+    return VolumePath(
+        path=text, volume=volume, local=local_volume + text[len(volume):], local_volume=local_volume
+    )
+
+
+def require_dir(vp: VolumePath) -> None:
+    """Raise a clear error unless the path is an existing folder inside its volume."""
+    if not os.path.lexists(vp.local):
+        hint = ""
+        if not os.path.isdir(vp.local_volume):
+            hint = (
+                f"; the volume {vp.volume} itself is not there"
+                + ("" if os.environ.get(VOLUMES_ROOT_ENV) else
+                   f" (off Databricks, set {VOLUMES_ROOT_ENV} to the folder standing for /Volumes)")
+            )
+        raise VolumePathError(f"{vp.path} does not exist{hint}")
+    check_inside(vp, vp.local)
+    if not os.path.isdir(vp.local):
+        raise VolumePathError(
+            f"{vp.path} is a file, but a folder is expected: give the folder that holds the data"
+        )
+
+
+def check_inside(vp: VolumePath, local_path: str) -> str:
+    """Resolve symlinks in `local_path`; raise unless the result stays inside the volume."""
+    real = os.path.realpath(local_path)
+    base = os.path.realpath(vp.local_volume)
+    if real != base and not real.startswith(base.rstrip("/") + "/"):
+        raise VolumePathError(
+            f"{vp.to_volume(local_path)} resolves to {real}, outside the volume {vp.volume}: "
+            "symlinks must not lead out of the volume; copy the data into it instead"
+        )
+    return real

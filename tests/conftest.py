@@ -1,0 +1,100 @@
+"""Shared fixtures: a local folder standing for /Volumes, a private cache, slowvol, one Ray cluster."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SHARED = ROOT.parent / "shared"
+
+os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+os.environ.setdefault("RAY_DATA_DISABLE_PROGRESS_BARS", "1")
+os.environ.setdefault("RAY_DATA_LOG_LEVEL", "WARNING")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+
+class Volume:
+    """A fake /Volumes tree under a temp folder; `vol` is its `/Volumes/c/s/v` volume."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.vol = "/Volumes/main/ml/raw"
+        self.local_vol = root / "main" / "ml" / "raw"
+        self.local_vol.mkdir(parents=True)
+
+    def local(self, rel: str) -> Path:
+        return self.local_vol / rel
+
+    def path(self, rel: str = "") -> str:
+        return f"{self.vol}/{rel}".rstrip("/")
+
+    def write(self, rel: str, data: bytes | str) -> Path:
+        p = self.local(rel)
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_bytes(data.encode() if isinstance(data, str) else data)
+        return p
+
+    def files(self, folder: str, n: int, *, size=lambda i: 100 + 37 * i, classes: int = 3) -> list[str]:
+        """n files under folder/classK/, of varied sizes; returns their volume paths."""
+        out = []
+        for i in range(n):
+            rel = f"{folder}/class{i % classes}/f{i:05d}.bin"
+            self.write(rel, os.urandom(size(i)))
+            out.append(self.path(rel))
+        return sorted(out)
+
+
+@pytest.fixture
+def volume(tmp_path, monkeypatch) -> Volume:
+    """AIR_VOLUMES_ROOT and AIR_CACHE_DIR pointed at fresh temp folders."""
+    monkeypatch.setenv("AIR_VOLUMES_ROOT", str(tmp_path / "Volumes"))
+    monkeypatch.setenv("AIR_CACHE_DIR", str(tmp_path / "cache"))
+    for var in ("RANK", "WORLD_SIZE", "LOCAL_RANK"):
+        monkeypatch.delenv(var, raising=False)
+    return Volume(tmp_path / "Volumes")
+
+
+@pytest.fixture(scope="session")
+def slowvol_so(tmp_path_factory) -> str:
+    """slowvol.so built from ../shared/slowvol (LD_PRELOAD it to emulate a network volume)."""
+    out = tmp_path_factory.mktemp("slowvol") / "slowvol.so"
+    subprocess.run([str(SHARED / "slowvol" / "build"), str(out)], check=True, capture_output=True)
+    return str(out)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def torchrun(script: str | Path, nproc: int, *args: str, env: dict | None = None,
+             timeout: float = 240) -> subprocess.CompletedProcess:
+    """Run `script` under torchrun with `nproc` ranks (gloo, loopback); raises on failure."""
+    cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={nproc}",
+           "--master_addr=127.0.0.1", f"--master_port={free_port()}", str(script), *args]
+    full_env = {**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}
+    proc = subprocess.run(cmd, env=full_env, capture_output=True, text=True, timeout=timeout)
+    if proc.returncode != 0:
+        raise AssertionError(f"torchrun failed ({proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-6000:]}")
+    return proc
+
+
+@pytest.fixture(scope="session")
+def ray_cluster():
+    """One local Ray cluster for the whole test session."""
+    ray = pytest.importorskip("ray")
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    ray.init(address="local", num_cpus=2, object_store_memory=200 << 20, include_dashboard=False,
+             log_to_driver=False, configure_logging=False)
+    yield ray
+    ray.shutdown()
