@@ -1,0 +1,199 @@
+"""Parquet trees as units of work: row groups, and exact row ranges inside them.
+
+Footers are read concurrently straight from the volume (one small read per
+file); the data itself is fetched through the node cache when a unit is read.
+Hive partition folders (`split=train/`) become real columns, since their
+values live only in the paths.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Iterable, Iterator, Literal, Sequence
+from urllib.parse import unquote
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from . import volume
+from .cache import Cache
+from .errors import AirError, OptionError
+from .fetch import ordered_map
+from .manifest import Manifest
+from .stream import CachedFile, read_items
+
+FOOTER_THREADS = 32
+_OPEN_FILES = 8
+
+
+class ParquetError(AirError, ValueError):
+    """A file that is not readable Parquet."""
+
+
+@dataclass(frozen=True)
+class RowGroup:
+    """One row group: `file` is its manifest index."""
+
+    file: int
+    row_group: int
+    num_rows: int
+    nbytes: int
+
+
+@dataclass(frozen=True)
+class RowSlice:
+    """Rows [start, stop) of a row group."""
+
+    unit: RowGroup
+    start: int
+    stop: int
+
+    @property
+    def num_rows(self) -> int:
+        return self.stop - self.start
+
+
+def is_parquet_tree(manifest: Manifest) -> bool:
+    """True if every file is `.parquet`, False if none is; a mix is an error."""
+    flags = [p.lower().endswith(".parquet") for p in manifest.paths]
+    if all(flags):
+        return True
+    if not any(flags):
+        return False
+    pq_ex = next(p for p, f in zip(manifest.paths, flags) if f)
+    other = next(p for p, f in zip(manifest.paths, flags) if not f)
+    raise OptionError(
+        f"{manifest.root} mixes Parquet files ({pq_ex}) with other files ({other}): choose a mode "
+        "explicitly, or select files with include=/exclude= globs (e.g. include='*.parquet')"
+    )
+
+
+def partition_values(rel_path: str) -> dict[str, str]:
+    """Hive partition values from a relative path: `a=1/b=x/f.parquet` -> {'a': '1', 'b': 'x'}."""
+    out = {}
+    for part in rel_path.split("/")[:-1]:
+        key, eq, value = part.partition("=")
+        if eq and key:
+            out[unquote(key)] = unquote(value)
+    return out
+
+
+def parquet_units(manifest: Manifest, *, threads: int = FOOTER_THREADS) -> list[RowGroup]:
+    """Every row group of every file, in manifest order; footers read concurrently."""
+    local_root = volume.parse(manifest.root).local
+
+    def footer(i: int) -> list[RowGroup]:
+        try:
+            md = pq.read_metadata(f"{local_root}/{manifest.paths[i]}")
+        except (pa.ArrowException, OSError) as e:
+            raise ParquetError(
+                f"{manifest.volume_path(i)} is not a readable Parquet file ({e}); remove or replace it, "
+                "or leave it out with exclude="
+            ) from e
+        return [RowGroup(i, g, md.row_group(g).num_rows, md.row_group(g).total_byte_size)
+                for g in range(md.num_row_groups)]
+
+    groups = ordered_map(footer, ((i, 0) for i in range(len(manifest))), threads=threads,
+                         max_ahead=4 * threads, max_bytes=1 << 62)
+    return [u for g in groups for u in g]
+
+
+def schema(manifest: Manifest, units: Sequence[RowGroup]) -> pa.Schema:
+    """The table schema of the first file, with partition columns appended as strings."""
+    first = manifest.paths[units[0].file] if units else manifest.paths[0]
+    local = f"{volume.parse(manifest.root).local}/{first}"
+    s = pq.read_schema(local)
+    for key in partition_values(first):
+        if key not in s.names:
+            s = s.append(pa.field(key, pa.string()))
+    return s
+
+
+def split_rows(pieces: Sequence[RowGroup | RowSlice], parts: int,
+               how: Literal["none", "drop", "pad"] = "none") -> list[list[RowSlice]]:
+    """Cut the rows of `pieces` (in order) into `parts` contiguous ranges. Pure.
+
+    "none": sizes differ by at most one row; "drop": every part gets
+    floor(total/parts) rows, the rest is dropped; "pad": every part gets
+    ceil(total/parts) rows, the last ones wrapping around to the start.
+    """
+    slices = [p if isinstance(p, RowSlice) else RowSlice(p, 0, p.num_rows) for p in pieces]
+    slices = [s for s in slices if s.num_rows]
+    total = sum(s.num_rows for s in slices)
+    if how == "none":
+        bounds = [(k * total // parts, (k + 1) * total // parts) for k in range(parts)]
+    elif how in ("drop", "pad"):
+        per = total // parts if how == "drop" else -(-total // parts)
+        bounds = [(k * per, (k + 1) * per) for k in range(parts)]
+    else:
+        raise OptionError(f"equalize={how!r}: choose one of ('none', 'pad', 'drop')")
+    return [_cut(slices, lo, hi, total) for lo, hi in bounds]
+
+
+def _cut(slices: Sequence[RowSlice], lo: int, hi: int, total: int) -> list[RowSlice]:
+    """Rows [lo, hi) of the concatenated slices, wrapping past the end."""
+    out: list[RowSlice] = []
+    while lo < hi:
+        start = lo % total
+        end = start + min(hi - lo, total - start)
+        offset = 0
+        for s in slices:
+            a, b = max(start, offset), min(end, offset + s.num_rows)
+            if a < b:
+                out.append(RowSlice(s.unit, s.start + a - offset, s.start + b - offset))
+            offset += s.num_rows
+        lo += end - start
+    return out
+
+
+def read_units(
+    manifest: Manifest,
+    pieces: Iterable[RowGroup | RowSlice],
+    cache: Cache,
+    *,
+    columns: Sequence[str] | None = None,
+    fetch_threads: int = 16,
+    prefetch: int = 16,
+    prefetch_bytes: int = 1 << 30,
+) -> Iterator[pa.Table]:
+    """One table per piece, in order, with hive partition columns appended.
+
+    Files are fetched into the node cache ahead of the consumer; a file the
+    full cache did not admit is read from memory.
+    """
+    pieces = list(pieces)
+    files = list(dict.fromkeys((p.unit if isinstance(p, RowSlice) else p).file for p in pieces))
+    fetched = read_items(manifest, files, cache, fetch_threads=fetch_threads, prefetch=prefetch,
+                         prefetch_bytes=prefetch_bytes)
+    ready: dict[int, CachedFile] = {}
+    open_files: OrderedDict[int, pq.ParquetFile] = OrderedDict()
+    for piece in pieces:
+        unit = piece.unit if isinstance(piece, RowSlice) else piece
+        while unit.file not in ready:
+            f = next(fetched)
+            ready[f.index] = f
+        pf = open_files.get(unit.file)
+        if pf is None:
+            pf = _open(ready[unit.file])
+            open_files[unit.file] = pf
+            if len(open_files) > _OPEN_FILES:
+                open_files.popitem(last=False)[1].close()
+        open_files.move_to_end(unit.file)
+        table = pf.read_row_group(unit.row_group, columns=list(columns) if columns is not None else None)
+        if isinstance(piece, RowSlice):
+            table = table.slice(piece.start, piece.num_rows)
+        for key, value in partition_values(manifest.paths[unit.file]).items():
+            if key not in table.column_names and (columns is None or key in columns):
+                table = table.append_column(key, pa.array([value] * table.num_rows, pa.string()))
+        yield table
+    for pf in open_files.values():
+        pf.close()
+
+
+def _open(f: CachedFile) -> pq.ParquetFile:
+    try:
+        source = pa.BufferReader(f.data) if f.data is not None else f.local_path
+        return pq.ParquetFile(source)
+    except (pa.ArrowException, OSError) as e:
+        raise ParquetError(f"{f.path} is not a readable Parquet file ({e})") from e
