@@ -102,7 +102,7 @@ def rank_shares(
         shares = _stride_ranks(order, world_size, num_workers)
     else:
         shares = snake(order, sizes, world_size)
-    if equalize == "drop" and order and len(order) < world_size:
+    if equalize == "drop" and order and not min(map(len, shares)):
         raise OptionError(
             f"equalize='drop' with {len(order)} items over {world_size} ranks leaves every rank "
             "empty: use equalize='pad', or fewer ranks"

@@ -65,14 +65,14 @@ def parse(path: str | os.PathLike) -> VolumePath:
         raise VolumePathError(
             f"{raw!r}: '..' is not allowed in a volume path; give the path inside the volume directly"
         )
-    text = posixpath.normpath(text)
-    parts = text.split("/")
+    parts = text.rstrip("/").split("/")
     if len(parts) < 5 or parts[0] != "" or parts[1] != "Volumes" or not all(parts[2:5]):
         raise VolumePathError(
             f"{raw!r} is not a Unity Catalog volume path: expected {_SHAPE} "
             f"(or dbfs:{_SHAPE}); on a machine without /Volumes set {VOLUMES_ROOT_ENV} "
             "to the local folder that stands for /Volumes"
         )
+    text = posixpath.normpath(text)
     volume = "/".join(parts[:5])
     root = volumes_root().rstrip("/") or "/"
     local_volume = root + volume[len("/Volumes"):]

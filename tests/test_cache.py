@@ -1,0 +1,153 @@
+"""The node cache under real processes: fetch once, crash-safe, versioned, capped, private."""
+
+import json
+import os
+import signal
+import stat
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from air_core import Cache, FetchError, FileStream, OptionError
+
+SCRIPT = Path(__file__).parent / "scripts" / "core_read_all.py"
+
+
+def slow_env(so, volume, trace=None, **extra):
+    env = {**os.environ, "LD_PRELOAD": so, "SLOWVOL_PREFIX": str(volume.root) + "/",
+           "SLOWVOL_OPEN_MS": "10", "SLOWVOL_MBPS": "200", **extra}
+    if trace:
+        env["SLOWVOL_TRACE"] = str(trace)
+    return env
+
+
+def opens(trace: Path) -> Counter:
+    return Counter(line.split(" ", 1)[1].strip() for line in trace.read_text().splitlines()
+                   if line.startswith("open "))
+
+
+def test_four_processes_fetch_each_file_once(volume, slowvol_so, tmp_path):
+    paths = volume.files("d", 120, size=lambda i: 2000 + i)
+    trace = tmp_path / "trace"
+    env = slow_env(slowvol_so, volume, trace)
+    procs = [subprocess.Popen([sys.executable, str(SCRIPT), volume.path("d"), str(seed)], env=env,
+                              stdout=subprocess.PIPE, text=True) for seed in range(4)]
+    results = [json.loads(p.communicate(timeout=120)[0]) for p in procs]
+    assert all(p.returncode == 0 for p in procs)
+    counts = opens(trace)
+    assert len(counts) == 120 and set(counts.values()) == {1}, counts.most_common(3)
+    assert sum(r["misses"] for r in results) == 120
+    assert all(r["bytes"] == sum(2000 + i for i in range(120)) for r in results)
+    assert len(paths) == 120
+
+
+def test_second_epoch_never_touches_the_volume(volume, slowvol_so, tmp_path):
+    volume.files("d", 40)
+    trace = tmp_path / "trace"
+    code = ("import sys; from air_core import FileStream\n"
+            "s = FileStream(sys.argv[1])\n"
+            "a = [f.read_bytes() for f in s]; print('EPOCH2', flush=True)\n"
+            "b = [f.read_bytes() for f in s]; assert a == b; print(s.cache.stats)\n")
+    out = subprocess.run([sys.executable, "-c", code, volume.path("d")], env=slow_env(slowvol_so, volume, trace),
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert "hits=40, misses=40" in out.stdout
+    assert sum(opens(trace).values()) == 40
+
+
+def test_kill_during_fetch_never_serves_a_partial_file(volume, slowvol_so, tmp_path):
+    data = os.urandom(3 << 20)
+    volume.write("big/blob.bin", data)
+    code = "import sys; from air_core import FileStream\nfor f in FileStream(sys.argv[1]): pass\n"
+    proc = subprocess.Popen([sys.executable, "-c", code, volume.path("big")],
+                            env=slow_env(slowvol_so, volume, SLOWVOL_MBPS="1"))
+    cache_objects = Path(os.environ["AIR_CACHE_DIR"]) / "objects"
+    deadline = time.time() + 30
+    while not any(p.name.endswith(".part") and p.stat().st_size for p in cache_objects.rglob("*")):
+        assert time.time() < deadline and proc.poll() is None, "the fetch never started"
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    served = [p for p in cache_objects.rglob("*") if p.is_file() and not p.name.startswith(".")]
+    assert served == []  # only the .part is left, and it is never a cache entry
+    stream = FileStream(volume.path("big"))
+    (f,) = list(stream)
+    assert f.cached and f.read_bytes() == data
+    assert stream.cache.stats.misses == 1
+
+
+def test_a_changed_file_is_fetched_again(volume):
+    volume.write("d/a.txt", "old")
+    (first,) = list(FileStream(volume.path("d")))
+    assert first.read_bytes() == b"old"
+    time.sleep(0.01)
+    volume.write("d/a.txt", "newer")
+    stream = FileStream(volume.path("d"))
+    (second,) = list(stream)
+    assert second.read_bytes() == b"newer" and second.local_path != first.local_path
+    assert stream.cache.stats.misses == 1
+
+
+def test_a_file_changed_after_listing_is_a_clear_error(volume):
+    volume.write("d/a.txt", "old")
+    stream = FileStream(volume.path("d"))
+    volume.write("d/a.txt", "different size")
+    with pytest.raises(FetchError, match="changed after it was listed"):
+        list(stream)
+    os.unlink(volume.local("d/a.txt"))
+    with pytest.raises(FetchError, match=r"cannot read /Volumes/main/ml/raw/d/a\.txt"):
+        list(stream)
+
+
+def test_the_cap_holds_and_cycling_epochs_do_not_thrash(volume):
+    volume.files("d", 50, size=lambda i: 1000)
+    stream = FileStream(volume.path("d"), cache_limit=20_000, shuffle=True)
+    hits = []
+    for epoch in range(3):
+        stream.set_epoch(epoch)
+        before = stream.cache.stats.hits
+        got = {f.path: f.read_bytes() for f in stream}
+        assert all(got[p] == volume.local(p[len(volume.vol) + 1:]).read_bytes() for p in got)
+        assert stream.cache.usage() <= 20_000
+        hits.append(stream.cache.stats.hits - before)
+    assert hits == [0, 20, 20]  # frozen once full: every later epoch hits what was admitted
+    assert stream.cache.stats.not_admitted == 30 * 3
+
+
+def test_prune_lowers_an_over_cap_cache_but_spares_entries_in_use(volume):
+    volume.files("d", 10, size=lambda i: 1000)
+    list(FileStream(volume.path("d")))
+    root = Path(os.environ["AIR_CACHE_DIR"])
+    entries = [p for p in (root / "objects").rglob("*") if p.is_file()]
+    old = time.time() - 7200
+    for p in entries[:6]:
+        os.utime(p, (old, old))
+    cache = Cache(str(root), limit_bytes=3500)  # over its cap: prunes on open
+    left = [p for p in (root / "objects").rglob("*") if p.is_file()]
+    assert len(left) == 4 and cache.usage() == 4000  # the 4 recently used stay, over cap
+
+
+def test_cache_is_private(volume, tmp_path):
+    volume.files("d", 3)
+    root = tmp_path / "cache"
+    root.mkdir(mode=0o755)
+    os.chmod(root, 0o755)
+    files = list(FileStream(volume.path("d")))
+    assert stat.S_IMODE(root.stat().st_mode) == 0o700
+    for f in files:
+        assert stat.S_IMODE(os.stat(f.local_path).st_mode) == 0o600
+        assert stat.S_IMODE(os.stat(os.path.dirname(f.local_path)).st_mode) == 0o700
+
+
+def test_a_cache_folder_of_another_user_is_refused(tmp_path):
+    other = tmp_path / "theirs"
+    other.mkdir(mode=0o700)
+    os.chown(other, 65534, 65534)
+    if os.getuid() != 0:
+        pytest.skip("needs root to give the folder away")
+    with pytest.raises(OptionError, match="belongs to another user"):
+        Cache(str(other))

@@ -1,0 +1,92 @@
+"""Volume paths and listings: shapes, clear errors, skipping, globs, fingerprints."""
+
+import os
+
+import pytest
+
+from air_core import EmptyVolumeError, FileStream, VolumePathError, list_folder
+from air_core.volume import parse
+
+
+def test_volume_and_dbfs_paths_map_onto_the_local_root(volume):
+    vp = parse("dbfs:/Volumes/main/ml/raw/images/")
+    assert vp.path == "/Volumes/main/ml/raw/images"
+    assert vp.volume == "/Volumes/main/ml/raw"
+    assert vp.local == str(volume.local("images"))
+
+
+@pytest.mark.parametrize("bad", ["/tmp/data", "Volumes/a/b/c", "/Volumes/a/b", "s3://bucket/x", "/Volumes//b/c/d"])
+def test_malformed_paths_say_the_expected_shape(volume, bad):
+    with pytest.raises(VolumePathError, match=r"expected /Volumes/<catalog>/<schema>/<volume>"):
+        FileStream(bad)
+
+
+def test_dotdot_is_refused(volume):
+    with pytest.raises(VolumePathError, match=r"'\.\.' is not allowed"):
+        FileStream("/Volumes/main/ml/raw/images/../../other/v")
+
+
+def test_missing_path_and_missing_volume(volume):
+    with pytest.raises(VolumePathError, match="does not exist"):
+        FileStream(volume.path("nothing"))
+    with pytest.raises(VolumePathError, match="the volume /Volumes/main/ml/gone itself is not there"):
+        FileStream("/Volumes/main/ml/gone/x")
+
+
+def test_a_file_where_a_folder_is_expected(volume):
+    volume.write("one.txt", "x")
+    with pytest.raises(VolumePathError, match="is a file, but a folder is expected"):
+        FileStream(volume.path("one.txt"))
+
+
+def test_empty_folder_and_hidden_only_folder(volume):
+    volume.local("empty").mkdir()
+    with pytest.raises(EmptyVolumeError, match="holds no file"):
+        FileStream(volume.path("empty"))
+    volume.write("hidden/.x", "1")
+    volume.write("hidden/_delta_log/0.json", "{}")
+    with pytest.raises(EmptyVolumeError, match="skipped"):
+        list_folder(volume.path("hidden"))
+
+
+def test_globs_that_match_nothing_name_themselves(volume):
+    volume.files("d", 3)
+    with pytest.raises(EmptyVolumeError, match=r"include=\['\*\.png'\]"):
+        list_folder(volume.path("d"), include="*.png")
+
+
+def test_symlink_out_of_the_volume_is_refused(volume, tmp_path):
+    outside = tmp_path / "secret"
+    outside.mkdir()
+    (outside / "s.txt").write_text("governed elsewhere")
+    volume.files("d", 2)
+    os.symlink(outside, volume.local("d/link"))
+    with pytest.raises(VolumePathError, match="outside the volume"):
+        list_folder(volume.path("d"))
+    os.symlink(tmp_path / "secret" / "s.txt", volume.local("f.txt"))
+    with pytest.raises(VolumePathError, match="outside the volume"):
+        list_folder(volume.path(""))
+
+
+def test_symlink_inside_the_volume_is_followed_once(volume):
+    volume.files("real", 4)
+    os.symlink(volume.local("real"), volume.local("alias"))
+    os.symlink(volume.local(""), volume.local("real/loop"))  # a cycle must not recurse forever
+    m = list_folder(volume.path(""))
+    assert len(m) == 4
+
+
+def test_listing_is_recursive_sorted_filtered_and_fingerprinted(volume):
+    paths = volume.files("d", 30)
+    volume.write("d/.hidden", "x")
+    volume.write("d/_SUCCESS", "")
+    volume.write("d/notes.txt", "keep out")
+    m = list_folder(volume.path("d"), exclude="*.txt")
+    assert [m.volume_path(i) for i in range(len(m))] == paths
+    assert m.sizes[0] == os.path.getsize(volume.local("d/class0/f00000.bin"))
+    assert list_folder(volume.path("d"), include="class1/*").paths == tuple(
+        p for p in m.paths if p.startswith("class1/"))
+    again = list_folder(volume.path("d"), exclude="*.txt")
+    assert again.fingerprint == m.fingerprint
+    volume.write("d/class0/f00000.bin", b"changed")
+    assert list_folder(volume.path("d"), exclude="*.txt").fingerprint != m.fingerprint

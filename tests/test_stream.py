@@ -1,0 +1,123 @@
+"""FileStream end to end: ranks x workers, resume exactly-once, elastic resume, pickling."""
+
+import json
+import pickle
+import random
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from conftest import torchrun
+
+from air_core import FileStream, StateError
+
+SCRIPT = Path(__file__).parent / "scripts" / "core_ranks.py"
+
+
+@pytest.mark.parametrize("equalize", ["none", "pad"])
+def test_torchrun_three_ranks_two_workers_cover_the_folder_once(volume, tmp_path, equalize):
+    paths = volume.files("d", 47, size=lambda i: 100 + (i * 7919) % 5000)
+    torchrun(SCRIPT, 3, volume.path("d"), str(tmp_path), equalize)
+    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(3)]
+    assert len({r["fingerprint"] for r in ranks}) == 1
+    got = [p for r in ranks for p in r["paths"]]
+    assert all(len(r["paths"]) == r["len"] for r in ranks)
+    if equalize == "none":
+        assert sorted(got) == paths  # union = manifest, no duplicates
+    else:
+        assert set(got) == set(paths)
+        assert [len(r["paths"]) for r in ranks] == [16, 16, 16]
+        assert len(got) - len(set(got)) == 1  # 47 over 3 ranks: exactly one repeat
+
+
+GRIDS = [(1, 1), (2, 1), (1, 3), (3, 2)]
+
+
+@pytest.mark.parametrize("world,workers", GRIDS)
+def test_resume_at_random_points_is_exactly_once(volume, world, workers):
+    volume.files("d", 60)
+    rng = random.Random(world * 10 + workers)
+    opts = dict(shuffle=True, seed=11)
+    for _ in range(3):
+        delivered = []
+        for r in range(world):
+            for w in range(workers):
+                grid = dict(rank=r, world_size=world, worker=w, num_workers=workers)
+                first = FileStream(volume.path("d"), **opts, **grid)
+                first.set_epoch(2)
+                it = iter(first)
+                stop = rng.randint(0, len(first.items()))
+                delivered += [next(it).path for _ in range(stop)]
+                state = pickle.loads(pickle.dumps(first.state_dict()))
+                second = FileStream(volume.path("d"), **opts, **grid)
+                second.load_state_dict(state)
+                assert second.epoch == 2
+                delivered += [f.path for f in second]
+        m = FileStream(volume.path("d")).manifest
+        assert sorted(delivered) == [m.volume_path(i) for i in range(len(m))]
+
+
+def test_elastic_resume_on_another_grid_is_exactly_once(volume):
+    volume.files("d", 83, size=lambda i: 50 + i * 13)
+    opts = dict(shuffle=True, seed=5, equalize="none")
+    rng = random.Random(1)
+    delivered, states = [], []
+    for r in range(2):
+        for w in range(2):
+            s = FileStream(volume.path("d"), rank=r, world_size=2, worker=w, num_workers=2, **opts)
+            it = iter(s)
+            delivered += [next(it).path for _ in range(rng.randint(0, 15))]
+            states.append(s.state_dict())
+    run = {"epoch": 0, "fingerprint": states[0]["fingerprint"], "plan": states[0]["plan"], "streams": states}
+    # Resume on 1 rank x 3 workers, stop again part-way, then resume on 3 ranks x 1 worker.
+    states2 = []
+    for w in range(3):
+        s = FileStream(volume.path("d"), rank=0, world_size=1, worker=w, num_workers=3, **opts)
+        s.load_state_dict(run)
+        it = iter(s)
+        delivered += [next(it).path for _ in range(rng.randint(0, 10))]
+        states2.append(s.state_dict())
+    run2 = {**run, "streams": states2}
+    for r in range(3):
+        s = FileStream(volume.path("d"), rank=r, world_size=3, **opts)
+        s.load_state_dict(pickle.loads(pickle.dumps(run2)))
+        delivered += [f.path for f in s]
+    counts = Counter(delivered)
+    assert len(counts) == 83 and set(counts.values()) == {1}
+
+
+def test_state_from_another_grid_or_listing_is_refused(volume):
+    volume.files("d", 10)
+    a = FileStream(volume.path("d"), rank=0, world_size=2)
+    list(a)
+    b = FileStream(volume.path("d"), rank=1, world_size=2)
+    b.load_state_dict(a.state_dict())
+    with pytest.raises(StateError, match="to resume on another grid"):
+        list(b)
+    volume.write("d/new.bin", b"x")
+    c = FileStream(volume.path("d"))
+    with pytest.raises(StateError, match="the folder changed"):
+        c.load_state_dict(a.state_dict())
+    with pytest.raises(StateError, match="plan options"):
+        FileStream(volume.path("d"), shuffle=True).load_state_dict({**c.state_dict()})
+    with pytest.raises(StateError, match="not a FileStream state"):
+        c.load_state_dict({"position": 3})
+
+
+def test_a_pickled_stream_is_small_and_reads_the_same(volume):
+    volume.files("d", 3000, size=lambda i: 10)
+    stream = FileStream(volume.path("d"), shuffle=True)
+    blob = pickle.dumps(stream)
+    assert len(blob) < 2000
+    clone = pickle.loads(blob)
+    assert [f.path for f in clone] == [f.path for f in stream]
+
+
+def test_set_epoch_reshuffles_and_len_counts_the_rank(volume):
+    volume.files("d", 20)
+    s = FileStream(volume.path("d"), shuffle=True, rank=1, world_size=3)
+    e0 = [f.index for f in s]
+    s.set_epoch(1)
+    e1 = [f.index for f in s]
+    assert sorted(e0) == sorted(e1) and e0 != e1
+    assert len(s) == len(e0) == 7
