@@ -19,6 +19,7 @@ The data is governed: the folder is 0700 and every file 0600.
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import hashlib
 import os
@@ -33,6 +34,7 @@ from .errors import FetchError, OptionError
 CACHE_DIR_ENV = "AIR_CACHE_DIR"
 IN_USE_SECONDS = 3600
 _CHUNK = 1 << 20
+_RECHECK_BYTES = 64 << 20
 
 
 def default_dir() -> str:
@@ -72,11 +74,16 @@ class Cache:
         self._objects = os.path.join(self.root, "objects")
         self._ensure_private(self.root)
         os.makedirs(self._objects, mode=0o700, exist_ok=True)
+        if len(os.listdir(self._objects)) < 256:  # made once, so a fetch never needs a mkdir
+            for k in range(256):
+                os.makedirs(os.path.join(self._objects, f"{k:02x}"), mode=0o700, exist_ok=True)
         if reserve_bytes is None:
             reserve_bytes = shutil.disk_usage(self.root).total // 10
         self.reserve_bytes = reserve_bytes
         self.stats = CacheStats()
         self._lock = threading.Lock()
+        self._free: int | None = None
+        self._unchecked = 0
         self._usage_file = os.path.join(self.root, "usage")
         if limit_bytes is not None and self.usage() > limit_bytes:
             self.prune()
@@ -105,9 +112,8 @@ class Cache:
         if self._touch(entry):
             self._count(hits=1)
             return entry
-        os.makedirs(os.path.dirname(entry), mode=0o700, exist_ok=True)
         part = os.path.join(os.path.dirname(entry), "." + os.path.basename(entry) + ".part")
-        fd = os.open(part, os.O_RDWR | os.O_CREAT, 0o600)
+        fd = os.open(part, os.O_WRONLY | os.O_CREAT, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)  # another fetcher of this file finishes first
             if self._touch(entry):
@@ -118,10 +124,9 @@ class Cache:
                 self._count(not_admitted=1)
                 return None
             try:
-                os.ftruncate(fd, 0)
-                os.lseek(fd, 0, os.SEEK_SET)
+                # A stale .part of this key holds at most `size` bytes (size is in the key),
+                # so writing `size` bytes from offset 0 leaves exactly the file.
                 copy_into(source, volume_path, size, mtime_ns, fd)
-                os.fchmod(fd, 0o600)
                 os.rename(part, entry)
             except BaseException:
                 self._reserve(-size)
@@ -170,7 +175,7 @@ class Cache:
 
     def _reserve(self, nbytes: int) -> bool:
         """Add `nbytes` to the ledger if they fit under the cap and the free-disk reserve."""
-        if nbytes > 0 and shutil.disk_usage(self.root).free - nbytes < self.reserve_bytes:
+        if nbytes > 0 and not self._disk_has_room(nbytes):
             return False
         if self.limit_bytes is None:
             return True
@@ -180,6 +185,16 @@ class Cache:
                 return False
             write(max(0, used + nbytes))
         return True
+
+    def _disk_has_room(self, nbytes: int) -> bool:
+        """Free space minus `nbytes` stays above the reserve; the disk is asked every 64 MiB."""
+        with self._lock:
+            if self._free is None or self._unchecked + nbytes > _RECHECK_BYTES:
+                self._free, self._unchecked = shutil.disk_usage(self.root).free, 0
+            if self._free - self._unchecked - nbytes < self.reserve_bytes:
+                return False
+            self._unchecked += nbytes
+            return True
 
     def _ledger(self):
         cache = self
@@ -216,29 +231,68 @@ class Cache:
 
 
 def copy_into(source: str, volume_path: str, size: int, mtime_ns: int, fd: int) -> None:
-    """Copy `source` into the open file `fd`, checking it is the listed version."""
-    with open(source, "rb", buffering=0) as src:
-        _check_version(os.fstat(src.fileno()), volume_path, size, mtime_ns)
-        buf = bytearray(min(max(size, 1), _CHUNK))
-        view = memoryview(buf)
-        copied = 0
-        while True:
-            n = src.readinto(buf)
-            if not n:
-                break
-            os.write(fd, view[:n])
-            copied += n
+    """Copy `source` into the open file `fd` from offset 0, checking it is the listed version.
+
+    `sendfile` copies inside the kernel: no Python buffer, and few system calls,
+    each of which hands the GIL over; file systems that refuse it get pread/pwrite.
+    """
+    src = os.open(source, os.O_RDONLY)
+    try:
+        _check_version(os.fstat(src), volume_path, size, mtime_ns)
+        try:
+            copied = _sendfile(src, fd, size)
+        except OSError as e:
+            if e.errno not in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
+                raise
+            copied = _pread_pwrite(src, fd, size)
+    finally:
+        os.close(src)
     if copied != size:
         raise FetchError(0, f"{volume_path} changed while being read ({copied} of {size} bytes)")
 
 
+def _sendfile(src: int, dst: int, size: int) -> int:
+    copied = 0
+    while copied < size:
+        n = os.sendfile(dst, src, copied, size - copied)
+        if not n:
+            break
+        copied += n
+    return copied
+
+
+def _pread_pwrite(src: int, dst: int, size: int) -> int:
+    copied = 0
+    while copied < size:
+        chunk = os.pread(src, min(size - copied, _CHUNK), copied)
+        if not chunk:
+            break
+        os.pwrite(dst, chunk, copied)
+        copied += len(chunk)
+    return copied
+
+
 def read_bytes(source: str, volume_path: str, size: int, mtime_ns: int) -> bytes:
     """Read `source` whole into memory, checking it is the listed version."""
-    with open(source, "rb", buffering=0) as src:
-        _check_version(os.fstat(src.fileno()), volume_path, size, mtime_ns)
-        data = src.read()
+    fd = os.open(source, os.O_RDONLY)
+    try:
+        _check_version(os.fstat(fd), volume_path, size, mtime_ns)
+        data = read_fd(fd, size)
+    finally:
+        os.close(fd)
     if len(data) != size:
         raise FetchError(0, f"{volume_path} changed while being read ({len(data)} of {size} bytes)")
+    return data
+
+
+def read_fd(fd: int, size: int) -> bytes:
+    """Read up to `size` bytes from `fd` in as few calls as the kernel allows."""
+    data = os.read(fd, size)
+    if len(data) < size and data:
+        parts = [data]
+        while (n := sum(map(len, parts))) < size and (chunk := os.read(fd, size - n)):
+            parts.append(chunk)
+        data = b"".join(parts)
     return data
 
 

@@ -14,7 +14,7 @@ from typing import Iterable, Iterator, Sequence
 from . import grid as grid_mod
 from . import plan as plan_mod
 from . import volume
-from .cache import Cache, read_bytes
+from .cache import Cache, read_bytes, read_fd
 from .errors import ManifestMismatchError, OptionError, StateError
 from .fetch import ordered_map, retrying
 from .manifest import Manifest, list_folder, shared_manifest
@@ -48,8 +48,11 @@ class CachedFile:
         """The file's bytes (already in memory when it was streamed past a full cache)."""
         if self.data is not None:
             return self.data
-        with open(self.local_path, "rb") as f:
-            return f.read()
+        fd = os.open(self.local_path, os.O_RDONLY)
+        try:
+            return read_fd(fd, self.size)
+        finally:
+            os.close(fd)
 
 
 def read_items(
@@ -60,9 +63,15 @@ def read_items(
     fetch_threads: int = DEFAULT_FETCH_THREADS,
     prefetch: int = DEFAULT_PREFETCH,
     prefetch_bytes: int = DEFAULT_PREFETCH_BYTES,
+    local_root: str | None = None,
 ) -> Iterator[CachedFile]:
-    """Fetch manifest items through the cache, ahead of the consumer, in order."""
-    local_root = volume.parse(manifest.root).local
+    """Fetch manifest items through the cache, ahead of the consumer, in order.
+
+    `local_root` is where `manifest.root` lives on this machine (default: mapped
+    by this process's `AIR_VOLUMES_ROOT`); a process reading what another one
+    listed, such as a Ray task, passes the lister's.
+    """
+    local_root = local_root or volume.parse(manifest.root).local
     root, paths, sizes, mtimes = manifest.root, manifest.paths, manifest.sizes, manifest.mtimes
 
     def fetch(i: int) -> CachedFile:

@@ -1,0 +1,67 @@
+"""What every benchmark shares: the emulated volume, its data, and running one measurement per process.
+
+Data lives under a real `/Volumes/bench/ml/raw` (the reference accepts only
+`/Volumes/...` paths), emulated as a network volume by `../shared/slowvol`
+(10 ms per open, 200 MB/s per stream, 20 ms per listing). Each measurement runs
+in its own process with `LD_PRELOAD` set, so Ray workers and DataLoader workers
+inherit the emulation; each prints one JSON line.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+SHARED = REPO.parent / "shared"
+VOLUME = "/Volumes/bench/ml/raw"
+SLOWVOL = {"SLOWVOL_OPEN_MS": "10", "SLOWVOL_MBPS": "200", "SLOWVOL_LIST_MS": "20", "SLOWVOL_PREFIX": "/Volumes/"}
+
+
+def slowvol_so() -> str:
+    out = os.path.join(tempfile.gettempdir(), "air-bench-slowvol.so")
+    if not os.path.exists(out):
+        subprocess.run([str(SHARED / "slowvol" / "build"), out], check=True, capture_output=True)
+    return out
+
+
+def image_volume(n: int = 2000) -> tuple[str, str]:
+    """(nested, flat) volume folders holding the same n JPEGs of ~147 KiB."""
+    nested, flat = f"{VOLUME}/images", f"{VOLUME}/flat"
+    if not os.path.isdir(flat) or len(os.listdir(flat)) != n:
+        subprocess.run([sys.executable, str(SHARED / "bench" / "make_volume.py"), VOLUME, str(n)], check=True,
+                       capture_output=True)
+        shutil.rmtree(flat, ignore_errors=True)
+        os.makedirs(flat)
+        for d, _, files in os.walk(nested):
+            for f in files:
+                os.link(os.path.join(d, f), os.path.join(flat, f))
+    return nested, flat
+
+
+def measure(code_or_script: str | Path, *args: str, slow: bool = True, env: dict | None = None,
+            timeout: float = 900) -> dict:
+    """Run a script (or `-c` code) in a fresh process under slowvol; return its last JSON line."""
+    full = {**os.environ, "PYTHONPATH": str(REPO), "AIR_CACHE_DIR": tempfile.mkdtemp(prefix="air-bench-cache-"),
+            "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled", "RAY_DATA_DISABLE_PROGRESS_BARS": "1",
+            **(env or {})}
+    full.pop("AIR_VOLUMES_ROOT", None)
+    if slow:
+        full.update(SLOWVOL, LD_PRELOAD=slowvol_so())
+    cmd = [sys.executable, str(code_or_script), *args] if isinstance(code_or_script, Path) else \
+        [sys.executable, "-c", code_or_script, *args]
+    out = subprocess.run(cmd, env=full, capture_output=True, text=True, timeout=timeout)
+    shutil.rmtree(full["AIR_CACHE_DIR"], ignore_errors=True)
+    if out.returncode != 0:
+        raise RuntimeError(f"{cmd} failed:\n{out.stderr[-3000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def emit(record: dict, results: list[dict]) -> None:
+    results.append(record)
+    print(json.dumps(record), flush=True)
