@@ -168,12 +168,14 @@ def shared_manifest(
 ) -> Manifest:
     """List once per job: rank 0 lists and broadcasts when torch.distributed is up.
 
-    Without a process group every process lists for itself; `check_same`
-    compares fingerprints wherever a process group appears later.
+    Without a process group every rank lists for itself and `check_same`
+    compares the fingerprints through torchrun's rendezvous store.
     """
     dist = _dist()
     if dist is None or dist.get_world_size() == 1:
-        return list_folder(path, include=include, exclude=exclude)
+        m = list_folder(path, include=include, exclude=exclude)
+        check_same(m)
+        return m
     box: list = [None]
     if dist.get_rank() == 0:
         try:
@@ -186,18 +188,44 @@ def shared_manifest(
     return box[0]
 
 
-def check_same(fingerprint: str) -> None:
-    """Raise `ManifestMismatchError` unless every rank holds the same fingerprint."""
+_checks: dict[str, int] = {}
+
+
+def check_same(manifest: Manifest) -> None:
+    """Raise `ManifestMismatchError` unless every rank holds the same fingerprint.
+
+    Uses the process group when there is one, else torchrun's agent store
+    (`TORCHELASTIC_USE_AGENT_STORE`); a single process has nothing to compare.
+    """
     dist = _dist()
-    if dist is None or dist.get_world_size() == 1:
+    if dist is not None and dist.get_world_size() > 1:
+        prints: list = [None] * dist.get_world_size()
+        dist.all_gather_object(prints, manifest.fingerprint)
+    elif os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True" and int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        prints = _exchange_through_store(manifest)
+    else:
         return
-    prints: list = [None] * dist.get_world_size()
-    dist.all_gather_object(prints, fingerprint)
     if len(set(prints)) > 1:
         raise ManifestMismatchError(
-            f"ranks listed different files (fingerprints {prints}): the folder changed while "
-            "the job started; pass the same `manifest=` to every rank or retry when writes are done"
+            f"ranks listed different files under {manifest.root} (fingerprints by rank: {prints}): the folder "
+            "changed while the job started, or ranks were given different options; retry once writes are "
+            "done, or pass the same `manifest=` to every rank"
         )
+
+
+def _exchange_through_store(manifest: Manifest) -> list[str]:
+    from datetime import timedelta
+
+    from torch.distributed import TCPStore
+
+    # Ranks make their streams in the same order, so the n-th listing of a path matches across ranks.
+    n = _checks[manifest.root] = _checks.get(manifest.root, 0) + 1
+    store = TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False,
+                     timeout=timedelta(seconds=300))
+    world, rank = int(os.environ["WORLD_SIZE"]), int(os.environ["RANK"])
+    key = f"air/manifest/{manifest.root}/{n}"
+    store.set(f"{key}/{rank}", manifest.fingerprint)
+    return [store.get(f"{key}/{r}").decode() for r in range(world)]
 
 
 def _dist():

@@ -17,7 +17,7 @@ from . import volume
 from .cache import Cache, read_bytes, read_fd
 from .errors import ManifestMismatchError, OptionError, StateError
 from .fetch import ordered_map, retrying
-from .manifest import Manifest, list_folder, shared_manifest
+from .manifest import Manifest, check_same, list_folder, shared_manifest
 
 DEFAULT_FETCH_THREADS = 32
 DEFAULT_PREFETCH = 256
@@ -155,6 +155,8 @@ class FileStream:
         self._fetch = {"fetch_threads": fetch_threads, "prefetch": prefetch, "prefetch_bytes": prefetch_bytes}
         if manifest is not None and manifest.root != self.path:
             raise OptionError(f"manifest= lists {manifest.root}, not {self.path}")
+        if manifest is not None:
+            check_same(manifest)
         self._manifest = manifest or shared_manifest(path, include=include, exclude=exclude)
         self._fingerprint = self._manifest.fingerprint
         self._manifest_file: str | None = None

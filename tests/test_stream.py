@@ -121,3 +121,10 @@ def test_set_epoch_reshuffles_and_len_counts_the_rank(volume):
     e1 = [f.index for f in s]
     assert sorted(e0) == sorted(e1) and e0 != e1
     assert len(s) == len(e0) == 7
+
+
+def test_ranks_without_a_process_group_compare_their_listings(volume, tmp_path):
+    volume.files("d", 6)
+    torchrun(Path(__file__).parent / "scripts" / "core_mismatch.py", 2, volume.path("d"), str(tmp_path))
+    for r in range(2):
+        assert "ranks listed different files" in (tmp_path / f"rank{r}.txt").read_text()
