@@ -1,4 +1,4 @@
-"""The `air-data` command: demo, stage."""
+"""The `air-data` command: demo, stage, export-delta."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import tempfile
 
 from tqdm import tqdm
 
+from .cli_delta import add_export_delta_command
 from .errors import AirError
 
 
@@ -50,6 +51,8 @@ def parser() -> argparse.ArgumentParser:
     st.add_argument("--include", help="glob of files to copy, relative to SRC")
     st.add_argument("--exclude", help="glob of files to leave out")
     st.set_defaults(func=_stage)
+
+    add_export_delta_command(sub)
     return p
 
 

@@ -1,0 +1,106 @@
+"""Delta -> Parquet export beside deltalake's own `to_pyarrow_dataset` + `pyarrow.dataset.write_dataset`.
+
+The table (3.2M rows over 16 commits and a delete, partitioned, ~110 MB) lives
+under `/Volumes/bench/ml/raw/delta`, emulated as a network volume by slowvol
+(10 ms per open, 200 MB/s per stream); both write their Parquet beside it on
+the volume. The baseline reads through deltalake's own file system (its
+default) and through a `SubTreeFileSystem` (the fix for its abort at exit).
+Each export runs in a fresh process; the three alternate, `--rounds` times,
+and the summary compares median rows/s. A last run exports a version
+already exported (nothing to write).
+
+Prints one JSON line per measurement, then the summary.
+
+    python benchmarks/bench_delta.py [--rounds 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+
+from common import VOLUME, emit, measure
+
+TABLE = f"{VOLUME}/delta/reviews"
+OUT = f"{VOLUME}/delta-exports"
+COMMITS, ROWS_PER_COMMIT = 16, 200_000
+
+MAKE = r"""
+import json, sys
+import numpy as np, pyarrow as pa
+from deltalake import DeltaTable, write_deltalake
+path, commits, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+rng = np.random.default_rng(0)
+words = np.array(["good", "bad", "fine", "great", "slow", "fast", "cheap", "loud"])
+for c in range(commits):
+    ids = np.arange(c * n, (c + 1) * n)
+    text = [" ".join(w) for w in words[rng.integers(0, len(words), (n, 6))]]
+    write_deltalake(path, pa.table({"id": ids, "score": rng.random(n), "stars": rng.integers(1, 6, n),
+                                    "text": text, "split": np.where(ids % 10 == 0, "test", "train")}),
+                    partition_by=["split"], mode="append")
+DeltaTable(path).delete("stars = 1 AND id < 400000")
+print(json.dumps({"made": path, "version": DeltaTable(path).version()}))
+"""
+
+BASELINE = r"""
+import json, os, sys, time
+import pyarrow.dataset as pads, pyarrow.fs as pafs
+from deltalake import DeltaTable
+t, cpu = time.perf_counter(), time.process_time()
+dt = DeltaTable(sys.argv[1])
+fs = pafs.SubTreeFileSystem(sys.argv[1], pafs.LocalFileSystem()) if sys.argv[3] == "subtree" else None
+pads.write_dataset(dt.to_pyarrow_dataset(filesystem=fs), sys.argv[2], format="parquet")
+dt_s, cpu_s = time.perf_counter() - t, time.process_time() - cpu
+rows = pads.dataset(sys.argv[2], format="parquet").count_rows()
+print(json.dumps({"system": f"deltalake to_pyarrow_dataset({sys.argv[3]} fs) + write_dataset", "rows": rows,
+                  "seconds": round(dt_s, 3), "cpu_s": round(cpu_s, 3), "rows_per_s": round(rows / dt_s)}), flush=True)
+os._exit(0)  # deltalake's file system can abort the interpreter at exit (exit 134)
+"""
+
+OURS = r"""
+import json, sys, time
+from air_core.delta import export_delta
+t, cpu = time.perf_counter(), time.process_time()
+r = export_delta(sys.argv[1], sys.argv[2])
+dt_s, cpu_s = time.perf_counter() - t, time.process_time() - cpu
+print(json.dumps({"system": "air_core.export_delta", "rows": r.rows, "files": len(r.files), "skipped": r.skipped,
+                  "seconds": round(dt_s, 3), "cpu_s": round(cpu_s, 3), "rows_per_s": round(r.rows / dt_s)}))
+"""
+
+
+def _made() -> bool:
+    from deltalake import DeltaTable
+
+    return os.path.isdir(f"{TABLE}/_delta_log") and DeltaTable(TABLE).version() == COMMITS  # appends + delete
+
+
+def main(rounds: int = 3) -> list[dict]:
+    if not _made():
+        shutil.rmtree(TABLE, ignore_errors=True)
+        measure(MAKE, TABLE, str(COMMITS), str(ROWS_PER_COMMIT), slow=False)
+    shutil.rmtree(OUT, ignore_errors=True)
+    results: list[dict] = []
+    runs: dict[str, list[dict]] = {"ours": [], "own": [], "subtree": []}
+    for k in range(rounds):
+        for fs in ("own", "subtree"):
+            emit(measure(BASELINE, TABLE, f"{OUT}/{fs}-{k}", fs), results)
+            runs[fs].append(results[-1])
+        emit(measure(OURS, TABLE, f"{OUT}/ours-{k}"), results)
+        runs["ours"].append(results[-1])
+    emit(measure(OURS, TABLE, f"{OUT}/ours-0"), results)  # this version is there already
+    speed = {k: statistics.median(r["rows_per_s"] for r in v) for k, v in runs.items()}
+    cpu = {k: statistics.median(r["cpu_s"] for r in v) for k, v in runs.items()}
+    emit({"summary": "delta export", "rounds": rounds, "rows_per_s_median": speed, "cpu_s_median": cpu,
+          "ratio_ours_over_deltalake_fs": round(speed["ours"] / speed["own"], 2),
+          "ratio_ours_over_subtree_fs": round(speed["ours"] / speed["subtree"], 2),
+          "skip_s": results[-1]["seconds"]}, results)
+    shutil.rmtree(OUT, ignore_errors=True)
+    return results
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=3)
+    main(ap.parse_args().rounds)
