@@ -106,6 +106,14 @@ class Cache:
         name = volume_path.rsplit("/", 1)[-1][-96:]
         return os.path.join(self._objects, key[:2], f"{key}-{name}")
 
+    def lookup(self, volume_path: str, size: int, mtime_ns: int) -> str | None:
+        """The cached copy's path if this version of the file is cached, else None."""
+        entry = self.entry_path(volume_path, size, mtime_ns)
+        if self._touch(entry):
+            self._count(hits=1)
+            return entry
+        return None
+
     def get(self, source: str, volume_path: str, size: int, mtime_ns: int) -> str | None:
         """The cached copy's path, fetching `source` first if needed; None if not admitted."""
         entry = self.entry_path(volume_path, size, mtime_ns)

@@ -31,8 +31,8 @@ class Manifest:
         paths: paths relative to `root`, `/`-separated, sorted.
         sizes: sizes in bytes, aligned with `paths`.
         mtimes: modification times in nanoseconds, aligned with `paths`.
-        fingerprint: a digest of (path, size, mtime) for every file; two
-            listings with the same fingerprint plan identically.
+        fingerprint: a digest of the root and of (path, size, mtime) for every
+            file; two listings with the same fingerprint plan identically.
     """
 
     root: str
@@ -52,7 +52,7 @@ class Manifest:
     def build(cls, root: str, entries: Iterable[tuple[str, int, int]]) -> "Manifest":
         """Make a manifest from (relative path, size, mtime_ns) triples in any order."""
         rows = sorted(entries)
-        digest = hashlib.sha256()
+        digest = hashlib.sha256(f"{root}\n".encode())  # a copy elsewhere is another listing
         for rel, size, mtime in rows:
             digest.update(f"{rel}\0{size}\0{mtime}\n".encode())
         return cls(

@@ -85,8 +85,12 @@ def read_items(
 
         return retrying(once, vpath)
 
+    def hit(i: int) -> CachedFile | None:
+        entry = cache.lookup(f"{root}/{paths[i]}", sizes[i], mtimes[i])
+        return None if entry is None else CachedFile(f"{root}/{paths[i]}", entry, sizes[i], i)
+
     return ordered_map(fetch, ((i, sizes[i]) for i in items), threads=fetch_threads,
-                       max_ahead=prefetch, max_bytes=prefetch_bytes)
+                       max_ahead=prefetch, max_bytes=prefetch_bytes, quick=hit)
 
 
 class FileStream:

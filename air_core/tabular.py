@@ -103,7 +103,10 @@ def schema(manifest: Manifest, units: Sequence[RowGroup]) -> pa.Schema:
     """The table schema of the first file, with partition columns appended as strings."""
     first = manifest.paths[units[0].file] if units else manifest.paths[0]
     local = f"{volume.parse(manifest.root).local}/{first}"
-    s = pq.read_schema(local)
+    try:
+        s = pq.read_schema(local)
+    except (pa.ArrowException, OSError) as e:
+        raise ParquetError(f"{manifest.root}/{first} is not a readable Parquet file ({e})") from e
     for key in partition_values(first):
         if key not in s.names:
             s = s.append(pa.field(key, pa.string()))
@@ -156,16 +159,17 @@ def read_units(
     fetch_threads: int = 16,
     prefetch: int = 16,
     prefetch_bytes: int = 1 << 30,
+    local_root: str | None = None,
 ) -> Iterator[pa.Table]:
     """One table per piece, in order, with hive partition columns appended.
 
     Files are fetched into the node cache ahead of the consumer; a file the
-    full cache did not admit is read from memory.
+    full cache did not admit is read from memory. `local_root`: as in `read_items`.
     """
     pieces = list(pieces)
     files = list(dict.fromkeys((p.unit if isinstance(p, RowSlice) else p).file for p in pieces))
     fetched = read_items(manifest, files, cache, fetch_threads=fetch_threads, prefetch=prefetch,
-                         prefetch_bytes=prefetch_bytes)
+                         prefetch_bytes=prefetch_bytes, local_root=local_root)
     ready: dict[int, CachedFile] = {}
     open_files: OrderedDict[int, pq.ParquetFile] = OrderedDict()
     for piece in pieces:

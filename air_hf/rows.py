@@ -1,0 +1,80 @@
+"""Files mode: the features of a file row and the Arrow table of a batch of files."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import datasets
+import pyarrow as pa
+
+from air_core import CachedFile, Manifest
+from air_core.errors import AirError, OptionError
+
+DECODES = ("path", "bytes", "text", "image", "audio")
+
+
+def label_names(manifest: Manifest) -> list[str]:
+    """The class folders: each file's parent folder name, sorted (as imagefolder does)."""
+    loose = next((p for p in manifest.paths if "/" not in p), None)
+    if loose is not None:
+        raise OptionError(
+            f"labels=True takes each file's parent folder as its class, but {manifest.root}/{loose} "
+            "lies in no class folder: put every file under a folder named for its class"
+        )
+    return sorted({_parent(p) for p in manifest.paths})
+
+
+def features(decode: str, labels: Sequence[str] | None) -> datasets.Features:
+    """path (volume path), local_path (cached copy), size, the decoded column, and label."""
+    cols = {
+        "path": datasets.Value("string"),
+        "local_path": datasets.Value("string"),
+        "size": datasets.Value("int64"),
+    }
+    if decode == "bytes":
+        cols["bytes"] = datasets.Value("binary")
+    elif decode == "text":
+        cols["text"] = datasets.Value("string")
+    elif decode == "image":
+        cols["image"] = datasets.Image()
+    elif decode == "audio":
+        cols["audio"] = datasets.Audio()
+    if labels is not None:
+        cols["label"] = datasets.ClassLabel(names=list(labels))
+    return datasets.Features(cols)
+
+
+def table(
+    files: Sequence[CachedFile], manifest: Manifest, features: datasets.Features, schema: pa.Schema,
+    decode: str,
+) -> pa.Table:
+    """One Arrow table of rows for `files`, in order (`schema`: `features.arrow_schema`, made once)."""
+    cols: dict[str, list] = {
+        "path": [f.path for f in files],
+        "local_path": [f.local_path for f in files],
+        "size": [f.size for f in files],
+    }
+    if decode == "bytes":
+        cols["bytes"] = [f.read_bytes() for f in files]
+    elif decode == "text":
+        cols["text"] = [_text(f) for f in files]
+    elif decode in ("image", "audio"):
+        # A file the full cache did not admit is carried as bytes; otherwise the cached copy is
+        # decoded lazily, where the row is consumed.
+        cols[decode] = [{"path": f.local_path, "bytes": None} if f.data is None
+                        else {"path": f.path, "bytes": f.data} for f in files]
+    if "label" in features:
+        index = {name: k for k, name in enumerate(features["label"].names)}
+        cols["label"] = [index[_parent(manifest.paths[f.index])] for f in files]
+    return pa.Table.from_pydict(cols, schema=schema)
+
+
+def _parent(rel_path: str) -> str:
+    return rel_path.rsplit("/", 2)[-2]
+
+
+def _text(f: CachedFile) -> str:
+    try:
+        return f.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise AirError(f"{f.path} is not UTF-8 text ({e}): use decode='bytes' for binary files") from None

@@ -1,0 +1,328 @@
+"""load_dataset("uc-volume", ...): registration, files and Parquet modes, shards, resume, errors."""
+
+from __future__ import annotations
+
+import io
+import os
+import pickle
+import subprocess
+import sys
+import textwrap
+
+import datasets
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from datasets import load_dataset
+from PIL import Image
+from torch.utils.data import DataLoader
+from torchdata.stateful_dataloader import StatefulDataLoader
+
+import air_hf
+from air_core.errors import AirError, EmptyVolumeError, OptionError, VolumePathError
+from air_core.tabular import ParquetError
+
+
+@pytest.fixture
+def hf_cache(tmp_path):
+    return str(tmp_path / "hf")
+
+
+def load(volume, hf_cache, folder, **options):
+    streaming = options.pop("streaming", True)
+    return load_dataset("uc-volume", data_dir=volume.path(folder), split="train", streaming=streaming,
+                        cache_dir=hf_cache, **options)
+
+
+def paths(rows) -> list[str]:
+    return [r["path"] for r in rows]
+
+
+def collate_paths(rows):
+    return [r["path"] for r in rows]
+
+
+def write_parquet(volume, rel: str, ids: range, row_group_size: int = 10) -> pa.Table:
+    t = pa.table({"id": list(ids), "x": [i / 2 for i in ids]})
+    buf = io.BytesIO()
+    pq.write_table(t, buf, row_group_size=row_group_size)
+    volume.write(rel, buf.getvalue())
+    return t
+
+
+# -- registration -------------------------------------------------------------
+
+
+def test_registered_without_data_files_resolution(volume, hf_cache, monkeypatch):
+    import datasets.data_files
+    import datasets.packaged_modules
+
+    assert datasets.packaged_modules._PACKAGED_DATASETS_MODULES[air_hf.NAME][0] == "air_hf.builder"
+
+    def forbidden(*a, **k):
+        raise AssertionError("datasets resolved data files for uc-volume")
+
+    for name in ("get_data_patterns", "resolve_pattern"):
+        monkeypatch.setattr(datasets.data_files, name, forbidden)
+        monkeypatch.setattr(datasets.load, name, forbidden, raising=False)
+    # Split-name guessing would keep only c_test.bin; uc-volume keeps every file.
+    for name in ("a.bin", "b.bin", "c_test.bin", "d.bin"):
+        volume.write(f"flat/{name}", name)
+    rows = list(load(volume, hf_cache, "flat"))
+    assert sorted(paths(rows)) == [volume.path(f"flat/{n}") for n in ("a.bin", "b.bin", "c_test.bin", "d.bin")]
+
+
+def test_registration_guard_names_the_moved_internals(monkeypatch):
+    import datasets.builder
+    import datasets.packaged_modules
+
+    monkeypatch.delattr(datasets.builder.DatasetBuilder, "_create_builder_config")
+    with pytest.raises(AirError, match="DatasetBuilder._create_builder_config is gone.*datasets>=4.0,<6"):
+        air_hf.register()
+    monkeypatch.undo()
+    monkeypatch.setattr(datasets.packaged_modules, "_PACKAGED_DATASETS_MODULES", {})
+    with pytest.raises(AirError, match="internals moved"):
+        air_hf.register()
+
+
+def test_setup_of_2000_files_under_slowvol_is_fast(volume, slowvol_so, tmp_path):
+    for k in range(10):
+        folder = volume.local(f"many/class{k}")
+        folder.mkdir(parents=True)
+        for i in range(200):
+            (folder / f"f{i:04d}.txt").write_bytes(b"x")
+    trace = tmp_path / "trace"
+    script = textwrap.dedent(f"""
+        import time, torch, datasets, air_hf
+        t = time.perf_counter()
+        ds = datasets.load_dataset("uc-volume", data_dir={volume.path('many')!r}, split="train",
+                                   streaming=True, cache_dir={str(tmp_path / 'hf')!r})
+        print(time.perf_counter() - t, ds.num_shards)
+    """)
+    env = {**os.environ, "LD_PRELOAD": slowvol_so, "SLOWVOL_PREFIX": str(volume.root) + "/",
+           "SLOWVOL_OPEN_MS": "10", "SLOWVOL_LIST_MS": "20", "SLOWVOL_TRACE": str(trace)}
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True)
+    seconds, shards = out.stdout.split()
+    assert float(seconds) <= 1.0 and int(shards) == 12
+    lines = trace.read_text().splitlines()
+    assert sorted(lines) == sorted([f"list {volume.local('many')}"]
+                                   + [f"list {volume.local(f'many/class{k}')}" for k in range(10)])
+
+
+# -- files mode ------------------------------------------------------------------
+
+
+def test_file_rows_decoded_and_labelled(volume, hf_cache):
+    for k, color in enumerate(("red", "blue")):
+        for i in range(3):
+            buf = io.BytesIO()
+            Image.new("RGB", (4 + i, 3), color).save(buf, "PNG")
+            volume.write(f"pics/{color}/p{k}{i}.png", buf.getvalue())
+    ds = load(volume, hf_cache, "pics", decode="image", labels=True)
+    assert ds.features["label"].names == ["blue", "red"]
+    rows = sorted(ds, key=lambda r: r["path"])
+    assert len(rows) == 6
+    r = rows[0]
+    assert r["path"] == volume.path("pics/blue/p10.png") and r["label"] == 0 and r["size"] > 0
+    assert r["local_path"] != volume.local("pics/blue/p10.png") and os.path.exists(r["local_path"])
+    assert isinstance(r["image"], Image.Image) and r["image"].size == (4, 3)
+    assert r["image"].getpixel((0, 0)) == (0, 0, 255)
+
+    volume.write("docs/a.txt", "héllo")
+    volume.write("docs/b.txt", b"\xff\xfe")
+    text = {r["path"][-5:]: r["text"] for r in load(volume, hf_cache, "docs", include="*a.txt", decode="text")}
+    assert text == {"a.txt": "héllo"}
+    assert [r["bytes"] for r in load(volume, hf_cache, "docs", include="*b.txt", decode="bytes")] == [b"\xff\xfe"]
+    with pytest.raises(AirError, match="b.txt is not UTF-8 text.*decode='bytes'"):
+        list(load(volume, hf_cache, "docs", decode="text"))
+
+    volume.write("sounds/a.wav", b"RIFF....WAVE")
+    audio = load(volume, hf_cache, "sounds", decode="audio")
+    assert isinstance(audio.features["audio"], datasets.Audio)
+    (row,) = audio.decode(False)
+    assert row["audio"]["path"] == row["local_path"]
+
+
+def test_streams_through_dataloader_workers_exactly_once(volume, hf_cache):
+    expected = volume.files("many", 40)
+    ds = load(volume, hf_cache, "many", num_workers=2)
+    assert ds.num_shards == 2
+    got = [p for batch in DataLoader(ds, batch_size=4, num_workers=2, collate_fn=collate_paths) for p in batch]
+    assert sorted(got) == expected
+    assert len(pickle.dumps(ds)) < 20_000  # the listing travels as a file, not inside the dataset
+
+
+@pytest.mark.parametrize("equalize", ["none", "pad", "drop"])
+def test_shards_balanced_for_every_split(volume, hf_cache, equalize):
+    expected = volume.files("many", 50)
+    ds = load(volume, hf_cache, "many", world_size=3, num_workers=2, equalize=equalize)
+    assert ds.num_shards == 6
+    by_rank = [paths(air_hf.split_for_rank(ds, rank=r, world_size=3)) for r in range(3)]
+    contiguous = [paths(ds.shard(num_shards=3, index=r, contiguous=True)) for r in range(3)]
+    for split in (by_rank, contiguous):
+        counts = [len(s) for s in split]
+        every = [p for s in split for p in s]
+        if equalize == "none":
+            assert sorted(every) == expected and max(counts) - min(counts) <= 2
+        else:
+            assert len(set(counts)) == 1 and set(every) <= set(expected)
+            assert counts[0] == (18 if equalize == "pad" else 16)  # 2 shards of 9 (pad) or 8 (drop)
+            assert set(every) == set(expected) if equalize == "pad" else len(set(every)) == len(every)
+
+
+def test_split_for_rank_refuses_the_read_everything_fallback(volume, hf_cache):
+    volume.files("many", 10)
+    ds = load(volume, hf_cache, "many", world_size=2, num_workers=2)
+    with pytest.raises(OptionError, match="4 shards.*3 ranks.*world_size="):
+        air_hf.split_for_rank(ds, rank=0, world_size=3)
+    assert air_hf.split_for_rank(ds, rank=0, world_size=1) is ds
+
+
+def test_set_epoch_reshuffles_alike_on_every_rank(volume, hf_cache):
+    expected = volume.files("many", 48)
+
+    def epoch_orders(rank):
+        ds = air_hf.split_for_rank(load(volume, hf_cache, "many", world_size=2, num_workers=3, shuffle=True,
+                                        seed=7), rank=rank, world_size=2)
+        out = []
+        for e in range(2):
+            ds.set_epoch(e)
+            out.append(paths(ds))
+        return out
+
+    first, again, other = epoch_orders(0), epoch_orders(0), epoch_orders(1)
+    assert first == again  # the same on every process that asks
+    for e in range(2):
+        assert sorted(first[e] + other[e]) == expected
+    assert first[0] != first[1]
+    assert first[0] != sorted(first[0])
+
+
+def test_state_dict_resumes_exactly(volume, hf_cache):
+    volume.files("many", 30)
+    ds = load(volume, hf_cache, "many", num_workers=3)
+    full = paths(ds)
+    it = iter(ds)
+    head = [next(it)["path"] for _ in range(13)]
+    state = ds.state_dict()
+    resumed = load(volume, hf_cache, "many", num_workers=3)
+    resumed.load_state_dict(state)
+    assert head + paths(resumed) == full
+
+
+def test_stateful_dataloader_resumes_exactly(volume, hf_cache):
+    volume.files("many", 40)
+
+    def loader():
+        ds = load(volume, hf_cache, "many", num_workers=2)
+        return StatefulDataLoader(ds, batch_size=3, num_workers=2, collate_fn=collate_paths)
+
+    full = [p for b in loader() for p in b]
+    first = loader()
+    it = iter(first)
+    head = [p for _ in range(5) for p in next(it)]
+    state = first.state_dict()
+    second = loader()
+    second.load_state_dict(state)
+    rest = [p for b in second for p in b]
+    assert sorted(head + rest) == sorted(full) and len(head + rest) == len(full)
+    assert head + rest == full
+
+
+def test_non_streaming_cache_follows_the_files(volume, hf_cache):
+    volume.files("many", 9)
+    first = load(volume, hf_cache, "many", streaming=False, decode="bytes")
+    assert len(first) == 9 and first.cache_files
+    again = load(volume, hf_cache, "many", streaming=False, decode="bytes")
+    assert again.cache_files == first.cache_files
+    volume.write("many/class0/new.bin", b"new")
+    changed = load(volume, hf_cache, "many", streaming=False, decode="bytes")
+    assert len(changed) == 10 and changed.cache_files != first.cache_files
+    assert b"new" in changed["bytes"]
+
+
+# -- Parquet mode ------------------------------------------------------------------
+
+
+def test_parquet_rows_with_partition_columns(volume, hf_cache):
+    write_parquet(volume, "tab/split=train/a.parquet", range(0, 40))
+    write_parquet(volume, "tab/split=train/b.parquet", range(40, 70))
+    write_parquet(volume, "tab/split=test/c.parquet", range(70, 85))
+    ds = load(volume, hf_cache, "tab", world_size=2, num_workers=2, equalize="none")
+    assert list(ds.features) == ["id", "x", "split"] and ds.num_shards == 4
+    rows = sorted(ds, key=lambda r: r["id"])
+    assert [r["id"] for r in rows] == list(range(85))
+    assert rows[0]["split"] == "train" and rows[80]["split"] == "test" and rows[3]["x"] == 1.5
+    counts = [sum(1 for _ in air_hf.split_for_rank(ds, rank=r, world_size=2)) for r in range(2)]
+    assert sorted(counts) == [42, 43]
+    equal = load(volume, hf_cache, "tab", world_size=2, num_workers=2, equalize="drop")
+    counts = [sum(1 for _ in air_hf.split_for_rank(equal, rank=r, world_size=2)) for r in range(2)]
+    assert counts == [42, 42]
+    table = load(volume, hf_cache, "tab", streaming=False)
+    assert sorted(table["id"]) == list(range(85)) and set(table["split"]) == {"train", "test"}
+
+
+def test_delta_table_exported_then_streamed(volume, hf_cache):
+    from deltalake import write_deltalake
+
+    ids = list(range(25))
+    write_deltalake(str(volume.local("delta/t")), pa.table({"id": ids, "part": [str(i % 2) for i in ids]}),
+                    partition_by=["part"])
+    ds = load(volume, hf_cache, "exports/t", delta_table=volume.path("delta/t"))
+    rows = sorted(ds, key=lambda r: r["id"])
+    assert [r["id"] for r in rows] == ids and [r["part"] for r in rows[:2]] == ["0", "1"]
+
+
+# -- bad inputs ---------------------------------------------------------------------
+
+
+def test_bad_inputs_fail_clearly(volume, hf_cache):
+    volume.files("many", 4)
+    with pytest.raises(OptionError, match="unknown option 'shufle'.*did you mean 'shuffle'"):
+        load(volume, hf_cache, "many", shufle=True)
+    with pytest.raises(OptionError, match="needs data_dir="):
+        load_dataset("uc-volume", split="train", streaming=True, cache_dir=hf_cache)
+    with pytest.raises(VolumePathError, match="not a Unity Catalog volume path"):
+        load_dataset("uc-volume", data_dir="/tmp/x", split="train", streaming=True, cache_dir=hf_cache)
+    with pytest.raises(OptionError, match="takes no data_files=.*include="):
+        load_dataset("uc-volume", data_dir=volume.path("many"), data_files=["a"], split="train", cache_dir=hf_cache)
+    with pytest.raises(OptionError, match="decode='pixels'.*choose one of"):
+        load(volume, hf_cache, "many", decode="pixels")
+    with pytest.raises(OptionError, match="num_workers=0"):
+        load(volume, hf_cache, "many", num_workers=0)
+    with pytest.raises(OptionError, match="equalize='drop' with 4 files over 6 shards"):
+        load(volume, hf_cache, "many", world_size=3, num_workers=2, equalize="drop")
+    (volume.local_vol / "empty").mkdir()
+    with pytest.raises(EmptyVolumeError, match="holds no file"):
+        load(volume, hf_cache, "empty")
+    volume.write("loose/a.bin", b"a")
+    with pytest.raises(OptionError, match="lies in no class folder"):
+        load(volume, hf_cache, "loose", labels=True)
+
+    write_parquet(volume, "mixed/a.parquet", range(3))
+    volume.write("mixed/notes.txt", "hi")
+    with pytest.raises(OptionError, match="mixes Parquet files.*mode='files'"):
+        load(volume, hf_cache, "mixed")
+    assert len(list(load(volume, hf_cache, "mixed", mode="files"))) == 2
+    with pytest.raises(OptionError, match="apply to files mode"):
+        load(volume, hf_cache, "mixed", mode="parquet", include="*.parquet", decode="bytes")
+
+    write_parquet(volume, "corrupt/a.parquet", range(3))
+    volume.write("corrupt/b.parquet", b"PAR1 not really")
+    with pytest.raises(ParquetError, match="b.parquet is not a readable Parquet file"):
+        load(volume, hf_cache, "corrupt")
+    volume.write("corrupt0/a.parquet", b"garbage")
+    with pytest.raises(ParquetError, match="a.parquet is not a readable Parquet file"):
+        load(volume, hf_cache, "corrupt0")
+
+
+def test_demo_section(volume, capsys):
+    from air_core.demo import DEMO_VOLUME, build_volume
+
+    from air_hf.demo import run
+
+    build_volume(str(volume.root))
+    run(DEMO_VOLUME)
+    out = capsys.readouterr().out
+    assert "2 shards, labels ['cat', 'dog', 'fish']" in out
+    assert "epoch 1: 300 images decoded" in out and "4 shards, rows per rank [150, 150]" in out
