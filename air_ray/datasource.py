@@ -1,0 +1,412 @@
+"""UCVolumeDatasource: a Unity Catalog volume folder as a Ray Dataset.
+
+The driver lists the folder once (in `__init__`, rank 0 broadcasting when
+torch.distributed is up), keeps this rank's share, and deals it into
+byte-balanced read tasks. Each task carries only its own rows of the listing
+and reads through the node cache, so a second execution reads nothing from
+the volume. Two modes: files (one row per file) and Parquet (the tables'
+rows, row group by row group, hive partition columns kept).
+"""
+
+from __future__ import annotations
+
+import difflib
+import inspect
+import os
+import random
+from typing import Any, Literal, Sequence
+
+import pyarrow as pa
+import ray
+from ray.data import Dataset, FileShuffleConfig
+from ray.data.block import BlockMetadata
+from ray.data.context import DataContext
+from ray.data.datasource import Datasource, ReadTask
+
+from air_core import grid, plan, tabular, volume
+from air_core.cache import default_dir
+from air_core.errors import EmptyVolumeError, OptionError
+from air_core.manifest import Manifest, shared_manifest
+
+from . import read_tasks
+from .readers import Source, files_read_fn, files_schema, parquet_read_fn
+
+Mode = Literal["auto", "files", "parquet"]
+Shuffle = Literal["files"] | FileShuffleConfig | None
+MODES = ("auto", "files", "parquet")
+DEFAULT_BLOCK_BYTES = 128 << 20
+# Reads in flight per read task (files/s = reads in flight / latency): one task
+# runs per CPU, so it carries what a DataLoader spreads over several workers.
+DEFAULT_FETCH_THREADS = 64
+# Arrow bytes of a files-mode row besides its strings' characters: offsets and the size.
+_ROW_BYTES = 24
+# A cache entry's path past the cache folder: "/objects/<2 hex>/<40 hex>-" before the file name.
+_ENTRY_PREFIX = 53
+
+
+class UCVolumeDatasource(Datasource):
+    """The files, or the Parquet tables, under a Unity Catalog volume folder.
+
+    Use with `ray.data.read_datasource(UCVolumeDatasource(path, ...))`, or
+    call `read_uc_volume(path, ...)`, which also picks a number of blocks
+    suited to fetch-bound reads.
+
+    Files mode gives one row per file: `path` (the volume path), `local_path`
+    (the copy in the cache of the node that ran the read task: open it there,
+    in a `map`/`map_batches` fused with the read, or ask for `bytes`), `size`,
+    and `bytes` with `include_bytes=True`. Parquet mode gives the tables' rows
+    with hive partition columns (`split=train/`) kept as string columns; it is
+    chosen automatically when every file is `.parquet`.
+
+    Args:
+        path: a volume folder, `/Volumes/<catalog>/<schema>/<volume>/...` or `dbfs:/Volumes/...`.
+        mode: "auto" (Parquet when every file is `.parquet`, files when none
+            is, an error for a mix), "files" or "parquet".
+        include: glob(s) of files to keep, relative to `path` (`*` crosses `/`).
+        exclude: glob(s) of files to leave out.
+        file_extensions: keep only files with these extensions (case-insensitive), as in Ray's readers.
+        include_paths: add the `path` column (default: True in files mode, False in Parquet mode).
+        include_bytes: files mode: add each file's contents as a `bytes` column.
+        shuffle: "files" (a new file order every execution) or a
+            `ray.data.FileShuffleConfig` (seeded); None keeps the listing order.
+            Which rank reads a file never changes, so each node's cache keeps its share.
+        rank, world_size: read only this rank's share, for one driver per
+            rank (torchrun); detected from torch.distributed or `RANK` /
+            `WORLD_SIZE` when not given. Inside Ray Train keep (0, 1) and let
+            `get_dataset_shard` split the stream.
+        equalize: "none", "drop" (every rank gets the smallest share's count)
+            or "pad" (every rank gets the largest, repeating rows): equal
+            counts keep DDP ranks in lockstep. Counts are rows: files in files
+            mode, table rows (exact, cut inside row groups) in Parquet mode.
+        cache_dir: the node cache folder (default: `air_core.default_dir()` as
+            the driver sees it).
+        cache_limit: cap on the cache's bytes; None for no cap.
+        fetch_threads: each read task's reads in flight (default 64).
+        prefetch, prefetch_bytes: how far a task fetches ahead of the rows it
+            has built, in files and bytes (default: the core's).
+        delta_table, delta_version, spark: export this Delta table (at this
+            version; through this Spark session when given) to `path` as
+            Parquet first, then read that export; an export of the same
+            version is reused.
+
+    Raises:
+        VolumePathError, EmptyVolumeError, OptionError, ParquetError: on the
+        driver, when the datasource is made.
+    """
+
+    def __init__(
+        self,
+        path: str,
+        *,
+        mode: Mode = "auto",
+        include: str | Sequence[str] | None = None,
+        exclude: str | Sequence[str] | None = None,
+        file_extensions: Sequence[str] | None = None,
+        include_paths: bool | None = None,
+        include_bytes: bool = False,
+        shuffle: Shuffle = None,
+        rank: int | None = None,
+        world_size: int | None = None,
+        equalize: plan.Equalize = "none",
+        cache_dir: str | None = None,
+        cache_limit: int | None = None,
+        fetch_threads: int = DEFAULT_FETCH_THREADS,
+        prefetch: int | None = None,
+        prefetch_bytes: int | None = None,
+        delta_table: str | None = None,
+        delta_version: int | None = None,
+        spark: Any = None,
+        **unknown: Any,
+    ) -> None:
+        super().__init__()
+        self._projection_map = None  # Ray's projection pushdown (Parquet mode) sets it on a copy
+        reject_unknown(unknown, datasource_options())
+        if mode not in MODES:
+            raise OptionError(f"mode={mode!r}: choose one of {MODES}")
+        if equalize not in plan.EQUALIZES:
+            raise OptionError(f"equalize={equalize!r}: choose one of {plan.EQUALIZES}")
+        fetch = {k: v for k, v in (("fetch_threads", fetch_threads), ("prefetch", prefetch),
+                                   ("prefetch_bytes", prefetch_bytes)) if v is not None}
+        for name, value in fetch.items():
+            if not isinstance(value, int) or value < 1:
+                raise OptionError(f"{name}={value!r}: give a whole number >= 1")
+        if cache_limit is not None and (not isinstance(cache_limit, int) or cache_limit < 0):
+            raise OptionError(f"cache_limit={cache_limit!r}: give a number of bytes >= 0, or None for no cap")
+        self._seed, self._reseed = _shuffle_seed(shuffle)
+        self._rank, self._world_size = grid.detect_rank(rank, world_size)
+        grid.Grid(self._rank, self._world_size)
+        self._equalize = equalize
+
+        # -- Delta mode: export the table's snapshot as Parquet, then read the export --------
+        if delta_table is not None:
+            if mode == "files":
+                raise OptionError("delta_table= reads the table's rows: leave mode at 'auto' or 'parquet'")
+            from air_core.delta import export_delta  # the `delta` extra
+
+            # The export's own folder, not the `path` link: it stays put while we read.
+            path = export_delta(delta_table, path, spark=spark, version=delta_version).path
+        elif delta_version is not None or spark is not None:
+            raise OptionError("delta_version= and spark= go with delta_table=: name the table to export")
+        # ---------------------------------------------------------------------------------------
+
+        vp = volume.parse(path)
+        manifest = _with_extensions(shared_manifest(path, include=include, exclude=exclude), file_extensions)
+        parquet = _is_parquet(manifest, mode)
+        if include_bytes and parquet:
+            raise OptionError("include_bytes=True is for files mode: Parquet mode already reads the tables' rows")
+        self._parquet = parquet
+        self._include_paths = (not parquet) if include_paths is None else bool(include_paths)
+        self._include_bytes = bool(include_bytes)
+        self._source = Source(
+            root=manifest.root, local_root=vp.local, fingerprint=manifest.fingerprint,
+            cache_dir=os.path.abspath(cache_dir or default_dir()), cache_limit=cache_limit, fetch=fetch,
+        )
+        units = tabular.parquet_units(manifest) if parquet else None
+        if parquet and not sum(u.num_rows for u in units):
+            raise EmptyVolumeError(f"{manifest.root} holds Parquet files but no rows")
+        self._listing = _Shared((manifest, units))
+        self._schema = tabular.schema(manifest, units) if parquet else None
+        self._estimate = self._check_share()
+
+    # -- what Ray asks of a datasource -------------------------------------------------------
+
+    def get_name(self) -> str:
+        return "UCVolumeParquet" if self._parquet else "UCVolumeFiles"
+
+    def estimate_inmemory_data_size(self) -> int:
+        return self._estimate
+
+    def supports_projection_pushdown(self) -> bool:
+        return self._parquet
+
+    def schema(self) -> pa.Schema:
+        """The rows' schema (projected when columns were selected)."""
+        if not self._parquet:
+            return files_schema(include_paths=self._include_paths, include_bytes=self._include_bytes)
+        columns = self._get_data_columns()
+        s = self._schema
+        if self._include_paths:
+            s = s.append(pa.field("path", pa.string()))
+        return s if columns is None else pa.schema([s.field(c) for c in columns if c in s.names])
+
+    def get_read_tasks(self, parallelism: int, per_task_row_limit: int | None = None,
+                       data_context: DataContext | None = None) -> list[ReadTask]:
+        """This rank's share, dealt into at most `parallelism` byte-balanced read tasks.
+
+        Deterministic for a given execution (Ray calls this several times):
+        the shuffle depends on the seed and the execution index alone.
+        """
+        epoch = data_context._execution_idx if data_context is not None and self._reseed else 0
+        context = data_context or DataContext.get_current()
+        block_bytes = context.target_max_block_size or DEFAULT_BLOCK_BYTES
+        if self._parquet:
+            return self._parquet_tasks(epoch, parallelism, per_task_row_limit)
+        return self._file_tasks(epoch, parallelism, per_task_row_limit, block_bytes)
+
+    # -- planning ------------------------------------------------------------------------------
+
+    def _files_share(self, epoch: int) -> list[int]:
+        manifest, _ = self._listing.get()
+        return plan.rank_shares(
+            manifest.sizes, world_size=self._world_size, epoch=epoch, seed=self._seed or 0,
+            shuffle=self._seed is not None, equalize=self._equalize,
+        )[self._rank]
+
+    def _parquet_share(self, epoch: int) -> list[tabular.RowGroup | tabular.RowSlice]:
+        _, units = self._listing.get()
+        if self._world_size == 1 and self._equalize == "none":
+            pieces: list = [u for u in units if u.num_rows]
+        else:
+            pieces = tabular.split_rows(units, self._world_size, self._equalize)[self._rank]
+        order = plan.epoch_order(len(pieces), epoch=epoch, seed=self._seed or 0, shuffle=self._seed is not None)
+        return [pieces[k] for k in order]
+
+    def _check_share(self) -> int:
+        """Raise on the driver if this rank would read nothing; return the in-memory size estimate."""
+        manifest, _ = self._listing.get()
+        if self._parquet:
+            pieces = self._parquet_share(0)
+            if not pieces:
+                raise OptionError(
+                    f"rank {self._rank} of {self._world_size} gets no rows of {manifest.root}: "
+                    "use equalize='pad', or fewer ranks"
+                )
+            return sum(read_tasks.piece_bytes(p) for p in pieces)
+        items = self._files_share(0)
+        if not items:
+            raise OptionError(
+                f"rank {self._rank} of {self._world_size} gets no file of {manifest.root} ({len(manifest)} "
+                "files): use equalize='pad', or fewer ranks"
+            )
+        return sum(self._row_bytes(manifest, i) for i in items)
+
+    def _row_bytes(self, manifest: Manifest, i: int) -> int:
+        """Arrow bytes of file `i`'s row: its strings, its size, its contents when asked."""
+        rel = manifest.paths[i]
+        n = _ROW_BYTES + len(self._source.cache_dir) + _ENTRY_PREFIX + len(rel) - rel.rfind("/") - 1
+        if self._include_paths:
+            n += len(manifest.root) + 1 + len(rel)
+        return n + manifest.sizes[i] * self._include_bytes
+
+    def _file_tasks(self, epoch: int, parallelism: int, row_limit: int | None, block_bytes: int) -> list[ReadTask]:
+        manifest, _ = self._listing.get()
+        items = self._files_share(epoch)
+        schema = files_schema(include_paths=self._include_paths, include_bytes=self._include_bytes)
+        parts = read_tasks.task_count(len(items), parallelism, min_per_task=read_tasks.MIN_FILES_PER_TASK)
+        tasks = []
+        for group in read_tasks.groups([manifest.sizes[i] for i in items], parts):
+            chosen = [items[p] for p in group]
+            rows = [(manifest.paths[i], manifest.sizes[i], manifest.mtimes[i]) for i in chosen]
+            read_fn = files_read_fn(self._source, rows, include_paths=self._include_paths,
+                                    include_bytes=self._include_bytes, max_block_bytes=block_bytes,
+                                    max_block_rows=row_limit)
+            meta = BlockMetadata(num_rows=len(rows), size_bytes=sum(self._row_bytes(manifest, i) for i in chosen),
+                                 input_files=[manifest.volume_path(i) for i in chosen], exec_stats=None)
+            tasks.append(ReadTask(read_fn, meta, schema=schema, per_task_row_limit=row_limit))
+        return tasks
+
+    def _parquet_tasks(self, epoch: int, parallelism: int, row_limit: int | None) -> list[ReadTask]:
+        manifest, _ = self._listing.get()
+        pieces = self._parquet_share(epoch)
+        columns = self._get_data_columns()
+        schema = self.schema()
+        parts = read_tasks.task_count(len(pieces), parallelism)
+        tasks = []
+        for group in read_tasks.groups([read_tasks.piece_bytes(p) for p in pieces], parts):
+            files, local = read_tasks.localize([pieces[k] for k in group])
+            rows = [(manifest.paths[i], manifest.sizes[i], manifest.mtimes[i]) for i in files]
+            read_fn = parquet_read_fn(self._source, rows, local, columns=columns,
+                                      include_paths=self._include_paths and (columns is None or "path" in columns))
+            meta = BlockMetadata(
+                num_rows=sum(p.num_rows for p in local),
+                size_bytes=int(sum(read_tasks.piece_bytes(p) for p in local)),
+                input_files=[manifest.volume_path(i) for i in files], exec_stats=None,
+            )
+            tasks.append(ReadTask(read_fn, meta, schema=schema, per_task_row_limit=row_limit))
+        return tasks
+
+
+def read_uc_volume(
+    path: str,
+    *,
+    override_num_blocks: int | None = None,
+    concurrency: int | None = None,
+    num_cpus: float | None = None,
+    num_gpus: float | None = None,
+    memory: float | None = None,
+    **options: Any,
+) -> Dataset:
+    """A Ray Dataset of the files, or Parquet rows, under a volume folder.
+
+    `options` are `UCVolumeDatasource`'s (mode, include_bytes, rank,
+    world_size, equalize, shuffle, ...); the rest are Ray's `read_*`
+    arguments of the same names. Bad options and paths raise here, on the driver.
+
+    `override_num_blocks` defaults to one read task per CPU of the cluster.
+    Ray's own default asks for at least 200 blocks and cuts a small volume's
+    output into ~1 MiB pieces to get them, which costs more than the reads.
+    The tasks are byte-balanced, so a second wave of them would only add
+    start-up and tail time, and each yields blocks of at most
+    `DataContext.target_max_block_size` however much it reads.
+
+    Example:
+        >>> ds = read_uc_volume("/Volumes/main/ml/raw/images", include_bytes=True)  # doctest: +SKIP
+        >>> ds.map_batches(decode).iter_torch_batches(batch_size=64)  # doctest: +SKIP
+    """
+    ray_args = ("override_num_blocks", "concurrency", "num_cpus", "num_gpus", "memory")
+    reject_unknown({k: v for k, v in options.items() if k not in datasource_options()},
+                   datasource_options() + ray_args)
+    if override_num_blocks is not None and (not isinstance(override_num_blocks, int) or override_num_blocks < 1):
+        raise OptionError(f"override_num_blocks={override_num_blocks!r}: give a whole number >= 1")
+    source = UCVolumeDatasource(path, **options)
+    return ray.data.read_datasource(
+        source, override_num_blocks=override_num_blocks or _default_num_blocks(), concurrency=concurrency,
+        num_cpus=num_cpus, num_gpus=num_gpus, memory=memory,
+    )
+
+
+def _default_num_blocks() -> int:
+    if not ray.is_initialized():
+        ray.init()  # as ray.data.read_* would on first use
+    return max(1, int(ray.cluster_resources().get("CPU", 1)))
+
+
+def datasource_options() -> tuple[str, ...]:
+    """The keyword options `UCVolumeDatasource` takes."""
+    params = inspect.signature(UCVolumeDatasource.__init__).parameters.values()
+    return tuple(p.name for p in params if p.kind is inspect.Parameter.KEYWORD_ONLY)
+
+
+def reject_unknown(unknown: dict, known: Sequence[str]) -> None:
+    """Raise `OptionError` naming each unknown option and the closest known one."""
+    if not unknown:
+        return
+    hints = []
+    for name in unknown:
+        close = difflib.get_close_matches(name, known, n=1)
+        hints.append(f"{name!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+    raise OptionError(f"unknown option {', '.join(hints)}; the options are: {', '.join(sorted(known))}")
+
+
+def _shuffle_seed(shuffle: Shuffle) -> tuple[int | None, bool]:
+    """(seed, reseed every execution) for a Ray-style `shuffle` argument; seed None: no shuffle."""
+    if shuffle is None or shuffle is False:
+        return None, False
+    if shuffle == "files":
+        return random.randrange(2**32), True
+    if isinstance(shuffle, FileShuffleConfig):
+        if shuffle.seed is None:
+            return random.randrange(2**32), True
+        return shuffle.seed, shuffle.reseed_after_execution
+    raise OptionError(f"shuffle={shuffle!r}: give None, 'files' or a ray.data.FileShuffleConfig")
+
+
+def _with_extensions(manifest: Manifest, extensions: Sequence[str] | None) -> Manifest:
+    if extensions is None:
+        return manifest
+    if isinstance(extensions, str):
+        extensions = [extensions]
+    suffixes = tuple("." + e.lower().lstrip(".") for e in extensions)
+    rows = [r for r in zip(manifest.paths, manifest.sizes, manifest.mtimes) if r[0].lower().endswith(suffixes)]
+    if not rows:
+        raise EmptyVolumeError(
+            f"{manifest.root} holds {len(manifest)} files but none with extension {list(extensions)}: "
+            "check file_extensions="
+        )
+    return Manifest.build(manifest.root, rows)
+
+
+def _is_parquet(manifest: Manifest, mode: Mode) -> bool:
+    if mode == "files":
+        return False
+    if mode == "parquet":
+        if not all(p.lower().endswith(".parquet") for p in manifest.paths):
+            other = next(p for p in manifest.paths if not p.lower().endswith(".parquet"))
+            raise OptionError(
+                f"mode='parquet' but {manifest.root} holds other files ({other}): select the Parquet "
+                "files with file_extensions=['parquet'] or include="
+            )
+        return True
+    return tabular.is_parquet_tree(manifest)
+
+
+class _Shared:
+    """A value that travels through Ray's object store, not inside every pickled copy.
+
+    The listing can hold millions of rows; a Dataset handed to Ray Train or to
+    an actor would otherwise carry it inline (Ray's own file datasources do the same).
+    """
+
+    def __init__(self, value: Any) -> None:
+        self._value = value
+        self._ref = None
+
+    def get(self) -> Any:
+        if self._value is None:
+            self._value = ray.get(self._ref)
+        return self._value
+
+    def __getstate__(self) -> dict:
+        if self._ref is None and ray.is_initialized():
+            self._ref = ray.put(self._value)
+        return {"_value": None if self._ref is not None else self._value, "_ref": self._ref}

@@ -1,0 +1,63 @@
+"""How one rank's share becomes Ray read tasks. Pure: numbers in, lists out."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Sequence
+
+from air_core.plan import snake
+from air_core.tabular import RowGroup, RowSlice
+
+# A read task fetches its files on many threads at once; below this many files
+# a task costs more to schedule and to warm up than its reads take.
+MIN_FILES_PER_TASK = 64
+
+
+def task_count(items: int, parallelism: int, *, min_per_task: int = 1) -> int:
+    """How many read tasks to make for `items` items when Ray asks for `parallelism`.
+
+    Never more than `parallelism`, never fewer than one item per task, and
+    fewer tasks when that would leave under `min_per_task` items in each
+    (Ray then splits the output blocks to the count it asked for).
+    """
+    if items == 0:
+        return 0
+    return max(1, min(parallelism, items, items // max(1, min_per_task)))
+
+
+def groups(weights: Sequence[int], parts: int) -> list[list[int]]:
+    """Positions 0..len(weights)-1 dealt into `parts` weight-balanced groups, each in order.
+
+    The deal is `air_core.plan.snake`: item counts within one of each other,
+    weights within the largest item. Empty groups are left out.
+    """
+    if parts < 1 or not weights:
+        return []
+    return [g for g in snake(range(len(weights)), weights, parts) if g]
+
+
+def localize(pieces: Sequence[RowGroup | RowSlice]) -> tuple[list[int], list[RowGroup | RowSlice]]:
+    """The files `pieces` touch (in first-use order), and the pieces renumbered to index that list.
+
+    A task then carries only its own files' rows, not the whole listing.
+    """
+    files = list(dict.fromkeys(unit_of(p).file for p in pieces))
+    position = {f: k for k, f in enumerate(files)}
+    out: list[RowGroup | RowSlice] = []
+    for p in pieces:
+        unit = replace(unit_of(p), file=position[unit_of(p).file])
+        out.append(replace(p, unit=unit) if isinstance(p, RowSlice) else unit)
+    return files, out
+
+
+def unit_of(piece: RowGroup | RowSlice) -> RowGroup:
+    """The row group a piece is, or lies in."""
+    return piece.unit if isinstance(piece, RowSlice) else piece
+
+
+def piece_bytes(piece: RowGroup | RowSlice) -> int:
+    """A piece's share of its row group's uncompressed bytes."""
+    unit = unit_of(piece)
+    if not isinstance(piece, RowSlice) or not unit.num_rows:
+        return unit.nbytes
+    return unit.nbytes * piece.num_rows // unit.num_rows

@@ -1,0 +1,135 @@
+"""What a read task runs, on whichever Ray worker it lands.
+
+Each read function is a named closure over plain data: its group's rows of
+the listing, the local volume and cache folders the driver resolved (a worker
+may not share the driver's `AIR_VOLUMES_ROOT` / `AIR_CACHE_DIR`), and the
+options. It fetches through the node cache on the core's fetch threads, so a
+second execution on the node reads nothing from the volume.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Iterator, Sequence
+
+import numpy as np
+import pyarrow as pa
+
+from air_core.cache import Cache
+from air_core.errors import FetchError
+from air_core.manifest import Manifest
+from air_core.stream import DEFAULT_PREFETCH, CachedFile, read_items
+from air_core.tabular import RowGroup, RowSlice, read_units
+
+from .read_tasks import unit_of
+
+Row = tuple[str, int, int]  # (path relative to the root, size, mtime_ns)
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where a task reads from and caches to, as the driver resolved it."""
+
+    root: str
+    local_root: str
+    fingerprint: str
+    cache_dir: str
+    cache_limit: int | None
+    fetch: dict
+
+    def manifest(self, rows: Sequence[Row]) -> Manifest:
+        """The task's own slice of the listing, in read order."""
+        return Manifest(self.root, tuple(r[0] for r in rows), tuple(r[1] for r in rows),
+                        tuple(r[2] for r in rows), self.fingerprint)
+
+    def cache(self) -> Cache:
+        """This process's handle on the node cache."""
+        return Cache(self.cache_dir, limit_bytes=self.cache_limit)
+
+
+def files_schema(*, include_paths: bool, include_bytes: bool) -> pa.Schema:
+    """Rows of files mode: `path` (volume path), `local_path` (node-local copy), `size`, `bytes`."""
+    fields = [pa.field("path", pa.string())] if include_paths else []
+    fields += [pa.field("local_path", pa.string()), pa.field("size", pa.int64())]
+    if include_bytes:
+        fields.append(pa.field("bytes", pa.large_binary()))
+    return pa.schema(fields)
+
+
+def files_read_fn(source: Source, rows: Sequence[Row], *, include_paths: bool, include_bytes: bool,
+                  max_block_bytes: int, max_block_rows: int | None = None) -> Callable[[], Iterator[pa.Table]]:
+    """A read task's function for files mode: one row per file.
+
+    A block ends once its files hold `max_block_bytes`, whether or not their
+    contents are in it: a consumer that opens `local_path` itself then gets
+    its work in bounded pieces as soon as they are fetched. `max_block_rows`
+    (Ray's per-task row limit, as in `take(n)`) ends a block early and bounds
+    the fetches ahead, so a limited read fetches little more than it needs.
+    """
+    schema = files_schema(include_paths=include_paths, include_bytes=include_bytes)
+
+    def block(files: list[CachedFile]) -> pa.Table:
+        columns = {"path": [f.path for f in files]} if include_paths else {}
+        columns["local_path"] = [f.local_path for f in files]
+        columns["size"] = [f.size for f in files]
+        if include_bytes:
+            columns["bytes"] = contents(files)
+        return pa.table(columns, schema=schema)
+
+    def read_uc_volume_files() -> Iterator[pa.Table]:
+        manifest = source.manifest(rows)
+        files: list[CachedFile] = []
+        held = 0
+        fetch = dict(source.fetch)
+        if max_block_rows:
+            fetch["prefetch"] = min(fetch.get("prefetch", DEFAULT_PREFETCH), max_block_rows)
+        for f in read_items(manifest, range(len(manifest)), source.cache(), local_root=source.local_root, **fetch):
+            files.append(f)
+            held += f.size
+            if held >= max_block_bytes or len(files) == max_block_rows:
+                yield block(files)
+                files, held = [], 0
+        if files:
+            yield block(files)
+
+    return read_uc_volume_files
+
+
+def parquet_read_fn(source: Source, rows: Sequence[Row], pieces: Sequence[RowGroup | RowSlice], *,
+                    columns: list[str] | None, include_paths: bool) -> Callable[[], Iterator[pa.Table]]:
+    """A read task's function for Parquet mode: one table per row group (or row range).
+
+    `rows` are the files the pieces touch; each piece's `file` indexes `rows`.
+    """
+
+    def read_uc_volume_parquet() -> Iterator[pa.Table]:
+        manifest = source.manifest(rows)
+        tables = read_units(manifest, pieces, source.cache(), columns=columns, local_root=source.local_root,
+                            **source.fetch)
+        for piece, table in zip(pieces, tables):
+            if include_paths:
+                path = manifest.volume_path(unit_of(piece).file)
+                table = table.append_column("path", pa.array([path] * table.num_rows, pa.string()))
+            yield table if columns is None else table.select([c for c in columns if c in table.column_names])
+
+    return read_uc_volume_parquet
+
+
+def contents(files: Sequence[CachedFile]) -> pa.Array:
+    """The files' bytes as one Arrow column, read straight into Arrow memory (no Python bytes between)."""
+    offsets = np.zeros(len(files) + 1, dtype=np.int64)
+    np.cumsum([f.size for f in files], out=offsets[1:])
+    data = pa.allocate_buffer(int(offsets[-1]))
+    view = memoryview(data)
+    for f, start in zip(files, offsets.tolist()):
+        part = view[start:start + f.size]
+        if f.data is not None:  # streamed past a full cache: already in memory
+            part[:] = f.data
+            continue
+        with open(f.local_path, "rb", buffering=0) as src:
+            done = 0
+            while done < f.size and (n := src.readinto(part[done:])):
+                done += n
+        if done != f.size:
+            raise FetchError(0, f"{f.path}: its cached copy {f.local_path} holds {done} of {f.size} bytes")
+    return pa.Array.from_buffers(pa.large_binary(), len(files), [None, pa.py_buffer(offsets), data])

@@ -1,0 +1,216 @@
+"""Ray Data front door beside Ray's own readers, on the same data, under an emulated network volume.
+
+    python benchmarks/bench_ray.py --slowvol /tmp/slowvol.so [--workdir /tmp/air-bench] [--files 2000]
+
+Builds (once, under --workdir) 2,000 JPEGs of ~147 KiB in class folders and
+a hive-partitioned Parquet table, then re-runs itself with slowvol
+LD_PRELOADed (10 ms per open, 200 MB/s per open file by default) so the
+driver and every Ray worker see a slow volume. Each reader runs two
+executions in one Ray session: `ray.data.read_binary_files` against
+`read_uc_volume(include_bytes=True)` and against `read_uc_volume` rows whose
+consumer opens `local_path` itself (files/s, every byte consumed),
+`ray.data.read_parquet` against `read_uc_volume` in Parquet mode (rows/s).
+Each of ours starts from an empty cache; the first execution's time
+includes making the dataset (the listing). Two references: a bare 64-thread
+pool reading each file once (the machine's ceiling under slowvol), and
+`read_binary_files` over the same files on local disk, which slowvol does
+not slow (what Ray's own reader does with no network in the way).
+Prints one JSON line per measurement, then one with the ratios.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+VOLUME = "/Volumes/bench/ml/raw"
+
+
+def build_data(root: str, files: int, rows: int) -> None:
+    """JPEG noise images (as ../shared/bench/make_volume.py makes them) and a Parquet table."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from PIL import Image
+
+    base = os.path.join(root, "bench", "ml", "raw")
+    rng = np.random.default_rng(0)
+    for i in range(files):
+        d = os.path.join(base, "images", f"class{i % 10}")
+        os.makedirs(d, exist_ok=True)
+        p = os.path.join(d, f"img{i:06d}.jpg")
+        if not os.path.exists(p):
+            Image.fromarray(rng.integers(0, 255, (390, 390, 3), dtype=np.uint8)).save(p, quality=92)
+    warmup = os.path.join(base, "warmup")
+    os.makedirs(warmup, exist_ok=True)
+    for k in range(4):
+        pq.write_table(pa.table({"x": [k]}), os.path.join(warmup, f"w{k}.parquet"))
+    table_dir = os.path.join(base, "table")
+    if os.path.isdir(table_dir):
+        return
+    per_file = rows // 16
+    for k in range(16):
+        split = "train" if k < 12 else "test"
+        d = os.path.join(table_dir, f"split={split}")
+        os.makedirs(d, exist_ok=True)
+        ids = np.arange(k * per_file, (k + 1) * per_file)
+        t = pa.table({
+            "id": ids,
+            "label": (ids % 1000).astype("int32"),
+            "score": rng.random(per_file),
+            "text": pa.array([f"sample text {i:012d}" for i in ids]),
+        })
+        pq.write_table(t, os.path.join(d, f"part-{k:05d}.parquet"), row_group_size=per_file // 4)
+
+
+def two_executions(name: str, unit: str, make, consume) -> list[dict]:
+    """Make a dataset and pass over it twice; the first execution's time includes making it (the listing)."""
+    out, ds = [], None
+    for execution in (1, 2):
+        t = time.perf_counter()
+        ds = ds if ds is not None else make()
+        n, nbytes = consume(ds)
+        dt = time.perf_counter() - t
+        out.append({"execution": execution, "system": name, unit: n, "s": round(dt, 3),
+                    f"{unit}_per_s": round(n / dt, 1), "MBps": round(nbytes / dt / 1e6, 1)})
+    return out
+
+
+def files_pass(ds) -> tuple[int, int]:
+    n = nbytes = 0
+    for batch in ds.iter_batches(batch_size=32, batch_format="pyarrow"):
+        n += batch.num_rows
+        nbytes += sum(len(b) for b in batch.column("bytes").to_pylist())
+    return n, nbytes
+
+
+def local_files_pass(ds) -> tuple[int, int]:
+    """Rows without bytes: the consumer opens each node-local cached copy itself."""
+    n = nbytes = 0
+    for batch in ds.iter_batches(batch_size=32, batch_format="pyarrow"):
+        n += batch.num_rows
+        for p in batch.column("local_path").to_pylist():
+            with open(p, "rb") as f:
+                nbytes += len(f.read())
+    return n, nbytes
+
+
+def rows_pass(ds) -> tuple[int, int]:
+    n = nbytes = 0
+    for batch in ds.iter_batches(batch_size=4096, batch_format="pyarrow"):
+        n += batch.num_rows
+        nbytes += batch.nbytes
+    return n, nbytes
+
+
+def threadpool_pass(folder: str, threads: int = 64) -> tuple[int, int]:
+    """The ceiling: every file read once on a bare thread pool, no framework."""
+    paths = [os.path.join(d, f) for d, _, files in os.walk(folder) for f in files]
+
+    def read(p: str) -> int:
+        with open(p, "rb") as f:
+            return len(f.read())
+
+    with ThreadPoolExecutor(threads) as pool:
+        return len(paths), sum(pool.map(read, paths))
+
+
+def measure(root: str) -> None:
+    import ray
+
+    from air_ray import read_uc_volume
+
+    images, table = f"{VOLUME}/images", f"{VOLUME}/table"
+    local_images = os.path.join(root, "bench", "ml", "raw", "images")
+    local_table = os.path.join(root, "bench", "ml", "raw", "table")
+    out = []
+
+    def emit(row: dict) -> None:
+        out.append(row)
+        print(json.dumps(row), flush=True)
+
+    t = time.perf_counter()
+    n, nbytes = threadpool_pass(local_images)
+    dt = time.perf_counter() - t
+    emit({"execution": 1, "system": "threadpool-64 (ceiling)", "files": n, "s": round(dt, 3),
+          "files_per_s": round(n / dt, 1), "MBps": round(nbytes / dt / 1e6, 1)})
+    ray.init(num_cpus=os.cpu_count(), object_store_memory=512 << 20, include_dashboard=False,
+             log_to_driver=False)
+    # Start the workers and import both readers in them before anything is timed.
+    local_warmup = os.path.join(root, "bench", "ml", "raw", "warmup")
+    for _ in range(2):
+        ray.data.read_binary_files(local_warmup).materialize()
+        ray.data.read_parquet(local_warmup).materialize()
+        read_uc_volume(f"{VOLUME}/warmup", mode="files", include_bytes=True).materialize()
+        read_uc_volume(f"{VOLUME}/warmup").materialize()
+    # The same files through a path slowvol does not slow: Ray's own reader with no network in the way.
+    unslowed = os.path.join(os.path.dirname(root), "images-on-local-disk")
+    if not os.path.islink(unslowed):
+        os.symlink(local_images, unslowed)
+    runs = [
+        ("ray.read_binary_files", "files", lambda: ray.data.read_binary_files(local_images), files_pass),
+        ("ray.read_binary_files, local disk, no slowvol", "files",
+         lambda: ray.data.read_binary_files(unslowed + "/"), files_pass),
+        ("air_ray.read_uc_volume files", "files", lambda: read_uc_volume(images, include_bytes=True), files_pass),
+        ("air_ray.read_uc_volume files, local_path rows", "files",  # a cache of its own: cold again
+         lambda: read_uc_volume(images, cache_dir=os.path.join(os.environ["AIR_CACHE_DIR"], "2")), local_files_pass),
+        ("ray.read_parquet", "rows", lambda: ray.data.read_parquet(local_table), rows_pass),
+        ("air_ray.read_uc_volume parquet", "rows", lambda: read_uc_volume(table), rows_pass),
+    ]
+    for name, unit, make, consume in runs:
+        for row in two_executions(name, unit, make, consume):
+            emit(row)
+    ray.shutdown()
+
+    def rate(system: str, execution: int) -> float:
+        row = next(r for r in out if r["system"] == system and r["execution"] == execution)
+        return row.get("files_per_s") or row["rows_per_s"]
+
+    print(json.dumps({
+        "ratio": "air_ray / ray native",
+        "files_first": round(rate("air_ray.read_uc_volume files", 1) / rate("ray.read_binary_files", 1), 1),
+        "files_second": round(rate("air_ray.read_uc_volume files", 2) / rate("ray.read_binary_files", 2), 1),
+        "parquet_first": round(rate("air_ray.read_uc_volume parquet", 1) / rate("ray.read_parquet", 1), 2),
+        "parquet_second": round(rate("air_ray.read_uc_volume parquet", 2) / rate("ray.read_parquet", 2), 2),
+    }))
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--slowvol", help="slowvol.so to LD_PRELOAD (build: ../shared/slowvol/build OUT)")
+    p.add_argument("--workdir", default=os.path.join(tempfile.gettempdir(), "air-bench"),
+                   help="where the data is built and kept (default: %(default)s)")
+    p.add_argument("--files", type=int, default=2000, help="JPEG files (default: %(default)s)")
+    p.add_argument("--rows", type=int, default=4_000_000, help="Parquet rows (default: %(default)s)")
+    p.add_argument("--open-ms", default="10", help="slowvol latency of each open (default: %(default)s)")
+    p.add_argument("--mbps", default="200", help="slowvol bandwidth per open file (default: %(default)s)")
+    args = p.parse_args()
+    root = os.path.join(os.path.abspath(args.workdir), "Volumes")
+    if os.environ.get("AIR_BENCH_CHILD"):
+        measure(root)
+        return
+    if not args.slowvol:
+        p.error("--slowvol is required: build it with ../shared/slowvol/build /tmp/slowvol.so")
+    build_data(root, args.files, args.rows)
+    cache = tempfile.mkdtemp(prefix="air-bench-cache-")
+    env = {
+        **os.environ, "AIR_BENCH_CHILD": "1", "LD_PRELOAD": os.path.abspath(args.slowvol),
+        "SLOWVOL_PREFIX": root + "/", "SLOWVOL_OPEN_MS": args.open_ms, "SLOWVOL_MBPS": args.mbps,
+        "AIR_VOLUMES_ROOT": root, "AIR_CACHE_DIR": cache, "RAY_DATA_DISABLE_PROGRESS_BARS": "1",
+        "RAY_DATA_LOG_LEVEL": "WARNING", "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled",
+    }
+    try:
+        code = os.spawnve(os.P_WAIT, sys.executable, [sys.executable, *sys.argv], env)
+    finally:
+        shutil.rmtree(cache, ignore_errors=True)
+    sys.exit(code)
+
+
+if __name__ == "__main__":
+    main()

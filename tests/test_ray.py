@@ -1,0 +1,310 @@
+"""air_ray: the Ray Data front door, on the session's local Ray cluster."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+ray = pytest.importorskip("ray")
+from ray import cloudpickle  # noqa: E402
+from ray.data import DataContext, FileShuffleConfig  # noqa: E402
+
+from air_core.errors import EmptyVolumeError, OptionError, VolumePathError  # noqa: E402
+from air_core.tabular import ParquetError  # noqa: E402
+from air_ray import UCVolumeDatasource, read_tasks, read_uc_volume  # noqa: E402
+from conftest import ROOT, torchrun  # noqa: E402
+
+SCRIPTS = Path(__file__).parent / "scripts"
+
+
+def write_table(volume, folder: str, *, files_per_split: int = 2, rows: int = 50, row_group: int = 20) -> list[dict]:
+    """A hive-partitioned Parquet tree (split=train/test); returns every row, `id` unique."""
+    out, next_id = [], 0
+    for split in ("train", "test"):
+        for k in range(files_per_split):
+            ids = list(range(next_id, next_id + rows))
+            next_id += rows
+            t = pa.table({"id": ids, "text": [f"row {i}" for i in ids]})
+            p = volume.local(f"{folder}/split={split}/part-{k}.parquet")
+            p.parent.mkdir(parents=True, exist_ok=True)
+            pq.write_table(t, p, row_group_size=row_group)
+            out += [{"id": i, "text": f"row {i}", "split": split} for i in ids]
+    return out
+
+
+@pytest.fixture
+def ordered():
+    """Datasets made inside keep their rows in task order."""
+    opts = DataContext.get_current().execution_options
+    saved, opts.preserve_order = opts.preserve_order, True
+    yield
+    opts.preserve_order = saved
+
+
+# -- files mode --------------------------------------------------------------------------------
+
+
+def test_file_rows_come_with_bytes_and_a_second_execution_needs_no_volume(volume, ray_cluster):
+    paths = volume.files("d", 30)
+    ds = read_uc_volume(volume.path("d"), include_bytes=True)
+    assert ds.count() == 30  # from the read tasks' metadata, before any read
+    assert ds.schema().names == ["path", "local_path", "size", "bytes"]
+    rows = ds.take_all()
+    assert sorted(r["path"] for r in rows) == paths
+    cache = os.environ["AIR_CACHE_DIR"]
+    for r in rows:
+        data = volume.local(r["path"][len(volume.vol) + 1:]).read_bytes()
+        assert r["bytes"] == data and r["size"] == len(data)
+        assert r["local_path"].startswith(cache) and Path(r["local_path"]).read_bytes() == data
+    for p in paths:  # the volume is gone: a second execution must be served by the cache alone
+        volume.local(p[len(volume.vol) + 1:]).unlink()
+    again = {r["path"]: r["bytes"] for r in ds.take_all()}
+    assert again == {r["path"]: r["bytes"] for r in rows}
+
+
+def test_read_tasks_are_byte_balanced_deterministic_and_carry_only_their_rows(volume):
+    volume.files("d", 300, size=lambda i: 50 + (i * 7919) % 5000)
+    source = UCVolumeDatasource(volume.path("d"), include_paths=True)
+    tasks = source.get_read_tasks(4)
+    assert len(tasks) == 4
+    assert [t.metadata.input_files for t in tasks] == [t.metadata.input_files for t in source.get_read_tasks(4)]
+    sizes = {p: volume.local(p[len(volume.vol) + 1:]).stat().st_size
+             for t in tasks for p in t.metadata.input_files}
+    loads = [sum(sizes[p] for p in t.metadata.input_files) for t in tasks]
+    assert max(loads) - min(loads) <= max(sizes.values())
+    assert sum(t.metadata.num_rows for t in tasks) == 300 and len(sizes) == 300
+    assert all(isinstance(t.metadata.size_bytes, int) for t in tasks)
+    whole = len(cloudpickle.dumps(source.get_read_tasks(1)[0].read_fn))  # one task: every row
+    for t in tasks:
+        assert t.read_fn.__name__ == "read_uc_volume_files"
+        assert len(cloudpickle.dumps(t.read_fn)) < whole / 2
+    # The read functions run anywhere: here, without Ray.
+    got = [p for t in tasks for block in t() for p in block.column("path").to_pylist()]
+    assert sorted(got) == sorted(sizes)
+
+
+def test_task_count_and_groups_are_pure_and_bounded():
+    assert read_tasks.task_count(0, 8) == 0
+    assert read_tasks.task_count(3, 8) == 3
+    assert read_tasks.task_count(2000, 200, min_per_task=64) == 31
+    assert read_tasks.task_count(10, 200, min_per_task=64) == 1
+    groups = read_tasks.groups([5, 1, 9, 3, 7, 2], 3)
+    assert sorted(p for g in groups for p in g) == list(range(6))
+    assert all(g == sorted(g) for g in groups) and len(groups) == 3
+    assert read_tasks.groups([4], 3) == [[0]]
+
+
+def test_parquet_pieces_carry_only_their_files():
+    from air_core.tabular import RowGroup, RowSlice
+
+    a, b = RowGroup(7, 0, 100, 1000), RowGroup(3, 1, 100, 1000)
+    files, local = read_tasks.localize([RowSlice(a, 50, 100), b, RowGroup(7, 1, 10, 10)])
+    assert files == [7, 3]
+    assert local == [RowSlice(RowGroup(0, 0, 100, 1000), 50, 100), RowGroup(1, 1, 100, 1000), RowGroup(0, 1, 10, 10)]
+    assert read_tasks.piece_bytes(local[0]) == 500 and read_tasks.piece_bytes(b) == 1000
+
+
+@pytest.mark.parametrize("equalize", ["none", "drop", "pad"])
+def test_ranks_read_disjoint_slices_that_cover_the_folder(volume, ray_cluster, equalize):
+    paths = volume.files("d", 31)
+    got = [[r["path"] for r in read_uc_volume(volume.path("d"), rank=r, world_size=3, equalize=equalize).take_all()]
+           for r in range(3)]
+    counts = [len(g) for g in got]
+    if equalize == "none":
+        assert sorted(p for g in got for p in g) == paths and max(counts) - min(counts) <= 1
+    elif equalize == "drop":
+        assert counts == [10, 10, 10] and len({p for g in got for p in g}) == 30
+    else:
+        assert counts == [11, 11, 11] and {p for g in got for p in g} == set(paths)
+        assert sum(len(set(g)) for g in got) == 31  # a short rank repeats its own files
+
+
+def test_shuffle_follows_rays_file_shuffle_config(volume, ray_cluster, ordered):
+    volume.files("d", 40)
+    fresh = read_uc_volume(volume.path("d"), shuffle=FileShuffleConfig(seed=1))
+    fixed = read_uc_volume(volume.path("d"), shuffle=FileShuffleConfig(seed=1, reseed_after_execution=False))
+    plain = read_uc_volume(volume.path("d"))
+    a, b = ([r["path"] for r in fresh.take_all()] for _ in range(2))
+    assert a != b and sorted(a) == sorted(b)
+    assert [r["path"] for r in fixed.take_all()] == [r["path"] for r in fixed.take_all()]
+    assert [r["path"] for r in plain.take_all()] == [r["path"] for r in plain.take_all()]
+
+
+def test_the_listing_travels_through_the_object_store(volume, ray_cluster):
+    volume.files("d", 300)
+    source = UCVolumeDatasource(volume.path("d"))
+    pickled = cloudpickle.dumps(source)
+    assert len(pickled) < len(cloudpickle.dumps(source._listing.get())) / 4
+    copy = cloudpickle.loads(pickled)
+    assert sum(t.metadata.num_rows for t in copy.get_read_tasks(2)) == 300
+
+
+# -- Parquet mode ------------------------------------------------------------------------------
+
+
+def test_parquet_rows_keep_partition_columns_and_counts_are_exact(volume, ray_cluster):
+    expected = write_table(volume, "t")
+    ds = read_uc_volume(volume.path("t"))
+    assert ds.count() == len(expected)
+    assert ds.schema().names == ["id", "text", "split"]
+    assert sorted(ds.take_all(), key=lambda r: r["id"]) == expected
+    picked = ds.select_columns(["split", "id"]).take(3)
+    assert all(list(r) == ["split", "id"] for r in picked)
+    with_paths = read_uc_volume(volume.path("t"), include_paths=True).take(1)[0]
+    assert with_paths["path"].startswith(volume.path("t/split="))
+
+
+def test_parquet_ranks_get_exactly_equal_rows(volume, ray_cluster):
+    expected = write_table(volume, "t", rows=53)  # 212 rows: 53 per rank of 4
+    shares = [read_uc_volume(volume.path("t"), rank=r, world_size=4, equalize="drop") for r in range(4)]
+    assert [s.count() for s in shares] == [53] * 4
+    ids = [r["id"] for s in shares for r in s.take_all()]
+    assert sorted(ids) == sorted(r["id"] for r in expected)
+    uneven = [read_uc_volume(volume.path("t"), rank=r, world_size=3).count() for r in range(3)]
+    assert sum(uneven) == 212 and max(uneven) - min(uneven) <= 1
+
+
+# -- bad input: clear errors, on the driver ----------------------------------------------------
+
+
+def _mixed(volume):
+    volume.write("m/a.parquet", b"")
+    volume.write("m/b.txt", "x")
+    return volume.path("m"), {}
+
+
+def _corrupt(volume):
+    write_table(volume, "t")
+    volume.write("t/split=train/part-9.parquet", b"not parquet at all")
+    return volume.path("t"), {}
+
+
+@pytest.mark.parametrize("case, error, words", [
+    (lambda v: (v.path("missing"), {}), VolumePathError, "does not exist"),
+    (lambda v: ("/tmp/not/a/volume", {}), VolumePathError, "/Volumes/<catalog>"),
+    (lambda v: (v.local("empty").mkdir() or v.path("empty"), {}), EmptyVolumeError, "holds no file"),
+    (lambda v: (v.files("d", 2) and v.path("d"), {"include_byte": True}), OptionError, "include_bytes"),
+    (lambda v: (v.files("d", 2) and v.path("d"), {"override_num_block": 2}), OptionError, "override_num_blocks"),
+    (lambda v: (v.files("d", 2) and v.path("d"), {"file_extensions": ["jpg"]}), EmptyVolumeError, "file_extensions"),
+    (lambda v: (v.files("d", 2) and v.path("d"), {"shuffle": True}), OptionError, "FileShuffleConfig"),
+    (lambda v: (v.files("d", 2) and v.path("d"), {"mode": "images"}), OptionError, "mode="),
+    (lambda v: (v.files("d", 2) and v.path("d"), {"rank": 2, "world_size": 2}), OptionError, "rank=2"),
+    (lambda v: (v.files("d", 2) and v.path("d"), {"rank": 2, "world_size": 3}), OptionError, "equalize='pad'"),
+    (lambda v: (v.files("d", 2) and v.path("d"), {"mode": "parquet"}), OptionError, "file_extensions"),
+    (_mixed, OptionError, "mixes Parquet files"),
+    (_corrupt, ParquetError, "part-9.parquet is not a readable Parquet file"),
+], ids=["missing", "not-a-volume", "empty", "unknown-option", "unknown-ray-option", "no-extension-match",
+        "bad-shuffle", "bad-mode", "rank-out-of-range", "rank-without-files", "parquet-mode-on-files",
+        "mixed-tree", "corrupt-parquet"])
+def test_bad_input_fails_clearly_on_the_driver(volume, case, error, words):
+    path, options = case(volume)
+    with pytest.raises(error, match=None) as e:
+        read_uc_volume(path, **options)
+    assert words in str(e.value)
+
+
+# -- engines: Ray Train, torchrun, slowvol, Delta --------------------------------------------------
+
+
+def test_ray_train_workers_get_disjoint_complete_shards(volume, ray_cluster, tmp_path):
+    from ray.train import RunConfig, ScalingConfig
+    from ray.train.torch import TorchTrainer
+
+    paths = volume.files("d", 40)
+    out = tmp_path / "out"
+    out.mkdir()
+
+    def train_fn(config):
+        shard = ray.train.get_dataset_shard("train")  # streaming_split(2, equal=True) under the hood
+        got = [row["path"] for row in shard.iter_rows()]
+        with open(f"{config['out']}/rank{ray.train.get_context().get_world_rank()}.json", "w") as f:
+            json.dump(got, f)
+
+    TorchTrainer(
+        train_fn, train_loop_config={"out": str(out)}, datasets={"train": read_uc_volume(volume.path("d"))},
+        scaling_config=ScalingConfig(num_workers=2, resources_per_worker={"CPU": 0.5}),
+        run_config=RunConfig(storage_path=str(tmp_path / "train"), name="shards"),
+    ).fit()
+    a, b = (json.loads((out / f"rank{r}.json").read_text()) for r in range(2))
+    assert len(a) == len(b) == 20 and not set(a) & set(b) and sorted(a + b) == paths
+
+
+def test_torchrun_ranks_detect_their_slice(volume, ray_cluster, tmp_path):
+    paths = volume.files("d", 41)
+    torchrun(SCRIPTS / "ray_torchrun.py", 2, volume.path("d"), str(tmp_path),
+             env={"RAY_ADDRESS": ray_cluster.get_runtime_context().gcs_address})
+    a, b = (json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2))
+    assert a["count"] == b["count"] == 20 == len(a["paths"]) == len(b["paths"])
+    assert not set(a["paths"]) & set(b["paths"]) and set(a["paths"]) | set(b["paths"]) < set(paths)
+
+
+def test_slowvol_trace_first_execution_opens_each_file_once_second_none(volume, slowvol_so, tmp_path):
+    paths = volume.files("d", 60)
+    parquet = sorted(f"{volume.local_vol}/t/{p}" for p in ("split=train/part-0.parquet", "split=train/part-1.parquet",
+                                                            "split=test/part-0.parquet", "split=test/part-1.parquet"))
+    rows = write_table(volume, "t")
+    trace = tmp_path / "trace"
+    trace.touch()
+    env = {**os.environ, "LD_PRELOAD": slowvol_so, "SLOWVOL_PREFIX": f"{volume.root}/", "SLOWVOL_OPEN_MS": "2",
+           "SLOWVOL_MBPS": "0", "SLOWVOL_TRACE": str(trace),
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    proc = subprocess.run([sys.executable, str(SCRIPTS / "ray_slowvol.py"), volume.path("d"), volume.path("t"),
+                           str(trace)], env=env, capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    local = [f"{volume.local_vol}/{p[len(volume.vol) + 1:]}" for p in paths]
+    assert Counter(out["files"]["first"]) == Counter(local)
+    assert out["files"]["second"] == []
+    want = {p: hashlib.sha256(Path(q).read_bytes()).hexdigest() for p, q in zip(paths, local)}
+    assert out["digests"]["first"] == out["digests"]["second"] == want
+    assert Counter(out["parquet"]["first"]) == Counter(parquet)
+    assert out["parquet"]["second"] == []
+    assert out["parquet_rows"] == [len(rows)] * 2
+
+
+def test_delta_table_is_exported_then_read_as_parquet(volume, ray_cluster):
+    deltalake = pytest.importorskip("deltalake")
+    pytest.importorskip("air_core.delta")
+    table = volume.local("tables/events")
+    data = pa.table({"id": list(range(90)), "split": [("train", "test")[i % 2] for i in range(90)]})
+    deltalake.write_deltalake(str(table), data, partition_by=["split"])
+    deltalake.DeltaTable(str(table)).delete("id < 10")
+    ds = read_uc_volume(volume.path("exports/events"), delta_table=volume.path("tables/events"))
+    assert ds.count() == 80
+    assert sorted((r["id"], r["split"]) for r in ds.take_all()) == \
+        [(i, ("train", "test")[i % 2]) for i in range(10, 90)]
+    with pytest.raises(OptionError, match="delta_table="):
+        read_uc_volume(volume.path("exports/events"), delta_version=0)
+
+
+# -- demo and notebook --------------------------------------------------------------------------
+
+
+def test_demo_section_reads_twice_and_shows_the_split(volume, ray_cluster, capsys):
+    from air_ray.demo import run
+
+    volume.files("images", 24)
+    run(volume.vol)
+    out = capsys.readouterr().out
+    assert "24 files" in out and "execution 2" in out and "rank 1" in out
+
+
+def test_notebook_runs(ray_cluster, tmp_path, monkeypatch):
+    nbformat = pytest.importorskip("nbformat")
+    from nbclient import NotebookClient
+
+    # The kernel joins this session's cluster instead of starting its own.
+    monkeypatch.setenv("RAY_ADDRESS", ray_cluster.get_runtime_context().gcs_address)
+    nb = nbformat.read(ROOT / "notebooks" / "ray_data.ipynb", as_version=4)
+    NotebookClient(nb, timeout=180, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
+    text = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []))
+    assert "execution 2" in text
