@@ -1,0 +1,132 @@
+"""UCVolumeDataset: the files of a volume folder as local cached paths, one share per (rank x worker)."""
+
+from __future__ import annotations
+
+from typing import Any, Iterator, Protocol, Sequence, runtime_checkable
+
+import torch.utils.data
+
+from .. import plan as plan_mod
+from ..manifest import Manifest
+from ..stream import DEFAULT_FETCH_THREADS, DEFAULT_PREFETCH, DEFAULT_PREFETCH_BYTES, FileStream
+
+
+@runtime_checkable
+class Checkpointable(Protocol):
+    """A dataset whose iteration progress can be saved and resumed."""
+
+    def state_dict(self) -> dict[str, Any]:
+        """A plain-data snapshot of iteration progress."""
+        ...
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Resume from a snapshot taken by `state_dict`."""
+        ...
+
+
+class UCVolumeDataset(torch.utils.data.IterableDataset):
+    """Streams the files under a Unity Catalog volume folder as local paths.
+
+    Each file is copied on first access into the node-local cache (shared by
+    every process on the machine, kept across runs) and yielded as the path of
+    that copy. Every (rank, DataLoader worker) pair reads a disjoint share,
+    balanced by bytes; together they read the folder exactly once per epoch.
+    Each worker fetches its next files concurrently, ahead of the consumer.
+
+    Wrap it to decode files into samples:
+
+        class ImageDataset(torch.utils.data.IterableDataset):
+            def __init__(self, files):
+                self.files = files
+
+            def __iter__(self):
+                for path in self.files:
+                    with PIL.Image.open(path) as image:
+                        yield to_tensor(image.convert("RGB"))
+
+        loader = DataLoader(ImageDataset(UCVolumeDataset("/Volumes/main/ml/raw/images")), batch_size=64)
+
+    A yielded path stays valid while it is in use: a full cache stops admitting
+    files rather than evicting them (past it, files are read from the volume).
+    Each pass over the dataset is the next epoch (it matters with `shuffle`);
+    `set_epoch` picks one. The dataset is small when pickled, so every
+    multiprocessing start method works (fork, forkserver, spawn).
+
+    Args:
+        path: a volume folder, `/Volumes/<catalog>/<schema>/<volume>/...` or
+            `dbfs:/Volumes/...`; listed recursively (names starting with `.` or
+            `_` are skipped).
+        include: glob(s) of files to keep, relative to `path` (`*` crosses `/`).
+        exclude: glob(s) of files to leave out.
+        shuffle: reorder every share each epoch (seeded, the same on every rank).
+        seed: the shuffle seed.
+        balance: "bytes" (default) or "stride" (the order `files[i::ranks*workers]`).
+        equalize: "none", "pad" or "drop": give every rank the same number of
+            files, so that DDP ranks finish an epoch together.
+        cache_dir: the node cache folder (default `$AIR_CACHE_DIR`, else
+            `/local_disk0/...`, else a per-user temp folder).
+        cache_limit: cap on the cache's bytes; None for no cap.
+        fetch_threads: files read concurrently by each worker.
+        prefetch: most files fetched ahead of the consumer, per worker.
+        prefetch_bytes: most bytes fetched ahead of the consumer, per worker.
+    """
+
+    def __init__(
+        self,
+        path: str,
+        *,
+        include: str | Sequence[str] | None = None,
+        exclude: str | Sequence[str] | None = None,
+        shuffle: bool = False,
+        seed: int = 0,
+        balance: plan_mod.Balance = "bytes",
+        equalize: plan_mod.Equalize = "none",
+        cache_dir: str | None = None,
+        cache_limit: int | None = None,
+        fetch_threads: int = DEFAULT_FETCH_THREADS,
+        prefetch: int = DEFAULT_PREFETCH,
+        prefetch_bytes: int = DEFAULT_PREFETCH_BYTES,
+    ) -> None:
+        super().__init__()
+        self._stream = FileStream(
+            path, include=include, exclude=exclude, shuffle=shuffle, seed=seed, balance=balance,
+            equalize=equalize, cache_dir=cache_dir, cache_limit=cache_limit, fetch_threads=fetch_threads,
+            prefetch=prefetch, prefetch_bytes=prefetch_bytes,
+        )
+        # Whether a pass has begun on this copy: the next pass is then the next epoch.
+        self._ran = False
+
+    @property
+    def path(self) -> str:
+        """The volume folder, as `/Volumes/c/s/v/...`."""
+        return self._stream.path
+
+    @property
+    def manifest(self) -> Manifest:
+        """The listing every rank and worker plans from."""
+        return self._stream.manifest
+
+    def set_epoch(self, epoch: int) -> None:
+        """Make the next pass read `epoch` (its shuffle order)."""
+        self._stream.set_epoch(epoch)
+        self._ran = False
+
+    def next_epoch(self) -> int:
+        """The epoch the next pass over this copy of the dataset reads."""
+        return self._stream.epoch + 1 if self._ran else self._stream.epoch
+
+    def state_dict(self) -> dict[str, Any]:
+        """This stream's progress: its epoch, grid and files delivered (see `FileStream.state_dict`)."""
+        return self._stream.state_dict()
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Resume at the next pass: from one stream's state, or a whole run's state on any grid."""
+        self._stream.load_state_dict(state_dict)
+        self._ran = False
+
+    def __iter__(self) -> Iterator[str]:
+        if self._ran:
+            self._stream.set_epoch(self._stream.epoch + 1)
+        self._ran = True
+        for f in self._stream:
+            yield f.local_path

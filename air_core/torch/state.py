@@ -1,0 +1,116 @@
+"""A DataLoader's saved progress: what every rank delivered, in a compact form. Pure: dicts in, dicts out.
+
+A run's progress is
+
+    {"epoch": e, "fingerprint": ..., "plan": {...},
+     "resumed_from": <an earlier progress of epoch e> or None,
+     "streams": [{"grid": [rank, world_size, worker, num_workers], "consumed": n}, ...]}
+
+Each stream delivered the first `consumed` items of its plan, planned over what
+`resumed_from` had left. Resumes within an epoch chain through `resumed_from`,
+held once per level rather than once per stream: the core's run state repeats
+it in every stream, so its size would multiply by the streams at each resume.
+`to_core` expands the compact form into that run state (every stream sharing
+one object per level), which `FileStream.load_state_dict` re-plans on any grid.
+
+`DataLoader.state_dict()` returns `encode(progress)`: `{"version": 1, "run":
+<progress as JSON text>}`. Two leaves whatever the grid, so a fresh loader's
+`state_dict()` is a template that `torch.distributed.checkpoint.load` fills in
+(it loads only the keys of its template, and a nested state's keys vary with
+the number of streams).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from ..errors import StateError
+
+VERSION = 1
+_KEYS = ("epoch", "fingerprint", "plan", "resumed_from", "streams")
+
+
+def fresh(epoch: int, fingerprint: str, plan: dict) -> dict[str, Any]:
+    """The progress of a run about to start `epoch` with nothing delivered."""
+    return {"epoch": epoch, "fingerprint": fingerprint, "plan": dict(plan), "resumed_from": None, "streams": []}
+
+
+def report(epoch: int, finished: bool, resumed_from: dict | None, streams: list[dict]) -> dict[str, Any]:
+    """One rank's progress, to be gathered from every rank and merged."""
+    return {"epoch": epoch, "finished": finished, "resumed_from": resumed_from,
+            "streams": sorted(streams, key=lambda s: s["grid"])}
+
+
+def merge(reports: list[dict], fingerprint: str, plan: dict) -> dict[str, Any]:
+    """Every rank's report -> the run's saved state (the next epoch once every rank finished this one)."""
+    epochs = {r["epoch"] for r in reports}
+    if len(epochs) > 1:
+        raise StateError(
+            f"ranks are in different epochs ({sorted(epochs)}): call state_dict() on every rank at the "
+            "same step of the same epoch"
+        )
+    if any(r["resumed_from"] != reports[0]["resumed_from"] for r in reports):
+        raise StateError(
+            "ranks resumed from different states: load the same state_dict on every rank, then start "
+            "iterating on every rank before saving again"
+        )
+    epoch = epochs.pop()
+    if all(r["finished"] for r in reports):
+        return fresh(epoch + 1, fingerprint, plan)
+    streams = [s for r in reports for s in r["streams"]]
+    before = reports[0]["resumed_from"]
+    if not streams and before is not None:
+        return before  # nothing delivered since the resume: the run stands where it was
+    state = fresh(epoch, fingerprint, plan)
+    state["resumed_from"], state["streams"] = before, streams
+    return state
+
+
+def encode(progress: dict) -> dict[str, Any]:
+    """The saved form of a run's progress."""
+    return {"version": VERSION, "run": json.dumps(progress, separators=(",", ":"))}
+
+
+def decode(saved: Any) -> dict[str, Any]:
+    """The progress in a saved DataLoader state; a StateError saying why when it is not one."""
+    if isinstance(saved, dict) and "per_worker" in saved:
+        raise StateError(
+            "this state was saved by databricks.air.data's DataLoader, whose per-worker offsets follow "
+            "another partition: start the epoch again, or finish it with the loader that saved it"
+        )
+    if not isinstance(saved, dict) or set(saved) != {"version", "run"}:
+        raise StateError(f"not a saved DataLoader state (expected the keys 'version' and 'run'): {saved!r:.200}")
+    if saved["version"] != VERSION:
+        raise StateError(f"DataLoader state version {saved['version']!r} is not supported; this version "
+                         f"reads version {VERSION}")
+    try:
+        progress = json.loads(saved["run"])
+    except (TypeError, ValueError) as e:
+        raise StateError(f"the saved DataLoader state is damaged: {e}") from None
+    return _check(progress)
+
+
+def _check(progress: Any) -> dict[str, Any]:
+    if not isinstance(progress, dict) or any(k not in progress for k in _KEYS):
+        raise StateError(f"the saved DataLoader state is damaged (expected the keys {list(_KEYS)}): "
+                         f"{progress!r:.200}")
+    if progress["resumed_from"] is not None and _check(progress["resumed_from"])["epoch"] != progress["epoch"]:
+        raise StateError("the saved DataLoader state is damaged: it resumed from another epoch")
+    return progress
+
+
+def is_fresh(state: dict) -> bool:
+    """Whether the progress is an epoch's start: nothing delivered yet."""
+    return not state["streams"] and state["resumed_from"] is None
+
+
+def to_core(state: dict) -> dict[str, Any]:
+    """The run state `FileStream.load_state_dict` takes, for this progress."""
+    if not state["streams"] and state["resumed_from"] is not None:
+        return to_core(state["resumed_from"])
+    before = to_core(state["resumed_from"]) if state["resumed_from"] is not None else None
+    head = {"epoch": state["epoch"], "fingerprint": state["fingerprint"], "plan": dict(state["plan"])}
+    streams = [{**head, "grid": list(s["grid"]), "consumed": s["consumed"], "resumed_from": before}
+               for s in state["streams"]]
+    return {**head, "streams": streams}

@@ -1,0 +1,92 @@
+"""air_core.torch beside the reference (databricks-sdk-air) on 2,000 JPEGs under the emulated volume.
+
+Both read every file's bytes through `UCVolumeDataset` + `DataLoader` (batch 32,
+`collate_fn=sum`), two epochs in one process, each with an empty cache at the
+start. The reference runs as ../shared/bench/anchor_files.py does (6 workers,
+its per-rank default, over a flat folder: it does not recurse); ours reads the
+nested class folders at its default worker count, and at 6 workers. The three
+take turns, `--repeat` times, so that load from other processes falls on each
+alike; prints one JSON line per measurement, then one with the ratios of the
+medians.
+
+Usage: python benchmarks/bench_torch.py [--repeat 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+
+from common import SHARED, emit, image_volume, measure
+
+OURS = r"""
+import json, sys, time
+from torch.utils.data import IterableDataset
+from air_core.torch import DataLoader, UCVolumeDataset
+
+
+class ReadBytes(IterableDataset):
+    def __init__(self, paths):
+        self.paths = paths
+
+    def __iter__(self):
+        for p in self.paths:
+            with open(p, "rb") as f:
+                yield len(f.read())
+
+
+path, workers = sys.argv[1], sys.argv[2]
+t = time.perf_counter()
+ds = UCVolumeDataset(path)
+listed = time.perf_counter() - t
+loader = DataLoader(ReadBytes(ds), batch_size=32, collate_fn=sum,
+                    **({} if workers == "default" else {"num_workers": int(workers)}))
+n = len(ds.manifest)
+out = {"system": "air_core.torch", "workers": loader.num_workers, "list_s": round(listed, 3), "files": n}
+for epoch in ("cold", "warm"):
+    t = time.perf_counter()
+    nbytes = sum(loader)
+    dt = time.perf_counter() - t
+    out[epoch + "_s"] = round(dt, 3)
+    out[epoch + "_MBps"] = round(nbytes / dt / 1e6, 1)
+    out["files_per_s_" + epoch] = round(n / dt, 1)
+print(json.dumps(out))
+"""
+
+
+def settle() -> None:
+    """Let the disk finish writing (and discarding) what the last measurement's cache left, so each starts alike."""
+    os.sync()
+    time.sleep(3)
+
+
+def main(repeat: int = 3) -> list[dict]:
+    nested, flat = image_volume()
+    results: list[dict] = []
+    runs: dict[str, list[dict]] = {"reference": [], "default": [], "6": []}
+    for _ in range(repeat):
+        for which, script, args in (("reference", SHARED / "bench" / "anchor_files.py", (flat, "6")),
+                                    ("default", OURS, (nested, "default")), ("6", OURS, (nested, "6"))):
+            settle()
+            emit(measure(script, *args), runs[which])
+    results += [r for rs in runs.values() for r in rs]
+
+    def median(which: str, epoch: str) -> float:
+        return statistics.median(r[f"files_per_s_{epoch}"] for r in runs[which])
+
+    summary = {"system": "ratio air_core.torch / databricks-sdk-air (6 workers), medians", "repeat": repeat,
+               "workers_default": runs["default"][0]["workers"]}
+    for epoch in ("cold", "warm"):
+        summary[f"reference_files_per_s_{epoch}"] = median("reference", epoch)
+        for which in ("default", "6"):
+            summary[f"{epoch}_{which}_workers"] = round(median(which, epoch) / median("reference", epoch), 2)
+    emit(summary, results)
+    return results
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--repeat", type=int, default=3)
+    main(parser.parse_args().repeat)
