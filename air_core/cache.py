@@ -35,6 +35,7 @@ CACHE_DIR_ENV = "AIR_CACHE_DIR"
 IN_USE_SECONDS = 3600
 _CHUNK = 1 << 20
 _RECHECK_BYTES = 64 << 20
+_ATIME_REFRESH_NS = 60 * 10**9
 
 
 def default_dir() -> str:
@@ -178,7 +179,9 @@ class Cache:
             st = os.stat(entry)
         except FileNotFoundError:
             return False
-        os.utime(entry, ns=(time.time_ns(), st.st_mtime_ns))  # atime drives prune's LRU
+        now = time.time_ns()
+        if now - st.st_atime_ns > _ATIME_REFRESH_NS:  # atime drives prune's LRU; a minute is fine enough
+            os.utime(entry, ns=(now, st.st_mtime_ns))
         return True
 
     def _reserve(self, nbytes: int) -> bool:

@@ -59,7 +59,7 @@ def ordered_map(
     pool costs more than that).
     """
     source = iter(items)
-    queue: deque[tuple[Future, int]] = deque()
+    queue: deque[tuple[Future | None, R | None, int]] = deque()  # (pending work, or its result now)
     inflight = 0
     pool = ThreadPoolExecutor(max(1, threads), thread_name_prefix="air-fetch")
     try:
@@ -73,21 +73,21 @@ def ordered_map(
                     break
                 done = quick(item) if quick is not None else None
                 if done is not None:
-                    fut: Future = Future()
-                    fut.set_result(done)
-                    queue.append((fut, 0))
+                    queue.append((None, done, 0))
                     continue
-                queue.append((pool.submit(fn, item), nbytes))
+                queue.append((pool.submit(fn, item), None, nbytes))
                 inflight += nbytes
                 if inflight >= max_bytes:
                     break
             if not queue:
                 return
-            fut, nbytes = queue.popleft()
-            result = fut.result()
+            fut, result, nbytes = queue.popleft()
+            if fut is not None:
+                result = fut.result()
             inflight -= nbytes
             yield result
     finally:
-        for fut, _ in queue:
-            fut.cancel()
+        for fut, _, _ in queue:
+            if fut is not None:
+                fut.cancel()
         pool.shutdown(wait=False, cancel_futures=True)

@@ -12,7 +12,8 @@ item per rank. The same deal splits a rank's items across its workers. The
 assignment depends on sizes alone, never on the epoch: each node's cache then
 holds only its own share. Shuffling reorders the items inside each share.
 
-"stride" reproduces the reference's `files[gid::R*W]` over the epoch order.
+"stride" reproduces the reference's `files[gid::R*W]`, gid = worker * R + rank,
+over the epoch order.
 """
 
 from __future__ import annotations
@@ -51,12 +52,9 @@ def snake(items: Sequence[int], sizes: Sequence[int], parts: int) -> list[list[i
     return out
 
 
-def _stride_ranks(order: Sequence[int], world: int, workers: int) -> list[list[int]]:
-    block = world * workers
-    out: list[list[int]] = [[] for _ in range(world)]
-    for p, item in enumerate(order):
-        out[(p % block) // workers].append(item)
-    return out
+def _stride_ranks(order: Sequence[int], world: int) -> list[list[int]]:
+    # The reference's global id is worker * world + rank, so rank r holds order[r::world].
+    return [list(order[r::world]) for r in range(world)]
 
 
 def _equalize(shares: list[list[int]], order: Sequence[int], how: str) -> list[list[int]]:
@@ -77,7 +75,6 @@ def rank_shares(
     sizes: Sequence[int],
     *,
     world_size: int,
-    num_workers: int = 1,
     epoch: int = 0,
     seed: int = 0,
     shuffle: bool = False,
@@ -99,7 +96,7 @@ def rank_shares(
         skip = set(exclude)
         order = [i for i in order if i not in skip]
     if balance == "stride":
-        shares = _stride_ranks(order, world_size, num_workers)
+        shares = _stride_ranks(order, world_size)
     else:
         shares = snake(order, sizes, world_size)
     if equalize == "drop" and order and not min(map(len, shares)):
@@ -136,7 +133,7 @@ def plan(
 ) -> list[int]:
     """The items one stream (rank, worker) reads in `epoch`, in order."""
     shares = rank_shares(
-        sizes, world_size=grid.world_size, num_workers=grid.num_workers, epoch=epoch, seed=seed,
+        sizes, world_size=grid.world_size, epoch=epoch, seed=seed,
         shuffle=shuffle, balance=balance, equalize=equalize, exclude=exclude,
     )
     return worker_share(shares[grid.rank], sizes, worker=grid.worker, num_workers=grid.num_workers,
