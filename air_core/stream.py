@@ -19,7 +19,7 @@ from .errors import ManifestMismatchError, OptionError, StateError
 from .fetch import ordered_map, retrying
 from .manifest import Manifest, check_same, list_folder, shared_manifest
 
-DEFAULT_FETCH_THREADS = 32
+DEFAULT_FETCH_THREADS = 64
 DEFAULT_PREFETCH = 256
 DEFAULT_PREFETCH_BYTES = 512 << 20
 
