@@ -27,6 +27,7 @@ from air_core import grid, plan, tabular, volume
 from air_core.cache import default_dir
 from air_core.errors import EmptyVolumeError, OptionError
 from air_core.manifest import Manifest, shared_manifest
+from air_core.stream import DEFAULT_FETCH_THREADS
 
 from . import read_tasks
 from .readers import Source, files_read_fn, files_schema, parquet_read_fn
@@ -35,9 +36,6 @@ Mode = Literal["auto", "files", "parquet"]
 Shuffle = Literal["files"] | FileShuffleConfig | None
 MODES = ("auto", "files", "parquet")
 DEFAULT_BLOCK_BYTES = 128 << 20
-# Reads in flight per read task (files/s = reads in flight / latency): one task
-# runs per CPU, so it carries what a DataLoader spreads over several workers.
-DEFAULT_FETCH_THREADS = 64
 # Arrow bytes of a files-mode row besides its strings' characters: offsets and the size.
 _ROW_BYTES = 24
 # A cache entry's path past the cache folder: "/objects/<2 hex>/<40 hex>-" before the file name.
