@@ -84,6 +84,7 @@ class Cache:
         self.stats = CacheStats()
         self._lock = threading.Lock()
         self._free: int | None = None
+        self._entries: dict[tuple[str, int, int], str] = {}
         self._unchecked = 0
         self._usage_file = os.path.join(self.root, "usage")
         if limit_bytes is not None and self.usage() > limit_bytes:
@@ -103,9 +104,13 @@ class Cache:
 
     def entry_path(self, volume_path: str, size: int, mtime_ns: int) -> str:
         """Where the copy of this version of the file lives (whether or not it is there yet)."""
-        key = hashlib.sha256(f"{volume_path}\0{size}\0{mtime_ns}".encode()).hexdigest()[:40]
-        name = volume_path.rsplit("/", 1)[-1][-96:]
-        return os.path.join(self._objects, key[:2], f"{key}-{name}")
+        version = (volume_path, size, mtime_ns)
+        entry = self._entries.get(version)  # every later epoch asks again: remember the answer
+        if entry is None:
+            key = hashlib.sha256(f"{volume_path}\0{size}\0{mtime_ns}".encode()).hexdigest()[:40]
+            name = volume_path.rsplit("/", 1)[-1][-96:]
+            entry = self._entries[version] = f"{self._objects}/{key[:2]}/{key}-{name}"
+        return entry
 
     def lookup(self, volume_path: str, size: int, mtime_ns: int) -> str | None:
         """The cached copy's path if this version of the file is cached, else None."""

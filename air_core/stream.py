@@ -8,8 +8,7 @@ spawned DataLoader workers, Ray tasks and `@distributed` functions.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
-from typing import Iterable, Iterator, Sequence
+from typing import Iterable, Iterator, NamedTuple, Sequence
 
 from . import grid as grid_mod
 from . import plan as plan_mod
@@ -24,9 +23,8 @@ DEFAULT_PREFETCH = 256
 DEFAULT_PREFETCH_BYTES = 512 << 20
 
 
-@dataclass(frozen=True)
-class CachedFile:
-    """One file of a stream.
+class CachedFile(NamedTuple):
+    """One file of a stream (a named tuple: built once per file, so it must be cheap).
 
     Attributes:
         path: the volume path (`/Volumes/c/s/v/...`).
@@ -35,6 +33,7 @@ class CachedFile:
         size: size in bytes.
         index: the file's index in the manifest.
         cached: whether `local_path` is a node-local cached copy.
+        data: the bytes, when the file was streamed past a full cache.
     """
 
     path: str
@@ -42,7 +41,7 @@ class CachedFile:
     size: int
     index: int
     cached: bool = True
-    data: bytes | None = field(default=None, repr=False, compare=False)
+    data: bytes | None = None
 
     def read_bytes(self) -> bytes:
         """The file's bytes (already in memory when it was streamed past a full cache)."""
