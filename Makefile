@@ -19,4 +19,4 @@ test: $(VENV)/.installed
 	$(PY) -m pytest
 
 bench: $(VENV)/.installed
-	$(PY) benchmarks/run_all.py
+	TMPDIR=/dev/shm $(PY) benchmarks/run_all.py

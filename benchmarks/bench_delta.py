@@ -9,7 +9,11 @@ Each export runs in a fresh process; the three alternate, `--rounds` times,
 and the summary compares median rows/s. A last run exports a version
 already exported (nothing to write).
 
-Prints one JSON line per measurement, then the summary.
+Then the export is streamed back on the same files, each reader in a fresh
+process with an empty cache: HF's `parquet` builder against `uc-volume`, and
+Ray's `read_parquet` against `read_uc_volume`.
+
+Prints one JSON line per measurement, then the summaries.
 
     python benchmarks/bench_delta.py [--rounds 3]
 """
@@ -76,6 +80,48 @@ def _made() -> bool:
     return os.path.isdir(f"{TABLE}/_delta_log") and DeltaTable(TABLE).version() == COMMITS  # appends + delete
 
 
+STREAM = r"""
+import glob, json, os, sys, time
+reader, path = sys.argv[1], sys.argv[2]
+files = sorted(glob.glob(os.path.join(path, "**", "*.parquet"), recursive=True))
+if reader.startswith("ray"):
+    import ray
+    ray.init(num_cpus=2, object_store_memory=512 << 20, include_dashboard=False, log_to_driver=False)
+    ray.data.range(2).materialize()  # workers up before the clock starts
+    from air_ray import read_uc_volume
+t = time.perf_counter()
+if reader.startswith("hf"):
+    import datasets, air_hf
+    ds = (datasets.load_dataset("parquet", data_files=files, split="train", streaming=True) if reader == "hf-native"
+          else datasets.load_dataset("uc-volume", data_dir=path, split="train", streaming=True))
+    batches = (b.num_rows for b in ds.with_format("arrow").iter(batch_size=8192))
+else:
+    ds = ray.data.read_parquet(files) if reader == "ray-native" else read_uc_volume(path)
+    batches = (b.num_rows for b in ds.iter_batches(batch_size=8192, batch_format="pyarrow"))
+rows = sum(batches)
+dt = time.perf_counter() - t
+print(json.dumps({"system": f"stream export: {reader}", "rows": rows, "seconds": round(dt, 3),
+                  "rows_per_s": round(rows / dt)}))
+"""
+
+EXPORT_PATH = r"""
+import json, sys
+from air_core.delta import export_delta
+print(json.dumps({"path": export_delta(sys.argv[1], sys.argv[2]).path}))
+"""
+
+
+def stream_back(results: list[dict]) -> None:
+    """The export's files through each front door and the native reader of its ecosystem."""
+    path = measure(EXPORT_PATH, TABLE, f"{OUT}/stream", slow=False)["path"]
+    rates = {}
+    for reader in ("hf-native", "hf-ours", "ray-native", "ray-ours"):
+        emit(measure(STREAM, reader, path), results)
+        rates[reader] = results[-1]["rows_per_s"]
+    emit({"summary": "stream export", "hf_ours_over_native": round(rates["hf-ours"] / rates["hf-native"], 2),
+          "ray_ours_over_native": round(rates["ray-ours"] / rates["ray-native"], 2)}, results)
+
+
 def main(rounds: int = 3) -> list[dict]:
     if not _made():
         shutil.rmtree(TABLE, ignore_errors=True)
@@ -96,6 +142,7 @@ def main(rounds: int = 3) -> list[dict]:
           "ratio_ours_over_deltalake_fs": round(speed["ours"] / speed["own"], 2),
           "ratio_ours_over_subtree_fs": round(speed["ours"] / speed["subtree"], 2),
           "skip_s": results[-1]["seconds"]}, results)
+    stream_back(results)
     shutil.rmtree(OUT, ignore_errors=True)
     return results
 

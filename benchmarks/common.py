@@ -49,7 +49,7 @@ def measure(code_or_script: str | Path, *args: str, slow: bool = True, env: dict
     """Run a script (or `-c` code) in a fresh process under slowvol; return its last JSON line."""
     full = {**os.environ, "PYTHONPATH": str(REPO), "AIR_CACHE_DIR": tempfile.mkdtemp(prefix="air-bench-cache-"),
             "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled", "RAY_DATA_DISABLE_PROGRESS_BARS": "1",
-            **(env or {})}
+            "HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1", **(env or {})}
     full.pop("AIR_VOLUMES_ROOT", None)
     if slow:
         full.update(SLOWVOL, LD_PRELOAD=slowvol_so())

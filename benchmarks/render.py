@@ -66,7 +66,7 @@ def headline(data: dict) -> tuple[list[tuple], dict[str, tuple[float, float | No
     if "hf" in data:
         rec = data["hf"][1]
         s = one(rec, "summary")
-        native = one(rec, "num_shards") if False else find(rec, system="hf-imagefolder-streaming")[0]
+        native = find(rec, system="hf-imagefolder-streaming")[0]
         rows += [
             ("#3 hf", "setup, 2,000 files, s", s["setup_s"], f"imagefolder {fmt(s['imagefolder_setup_s'])}",
              s["imagefolder_setup_s"] / s["setup_s"], "≤ 1 s", s["setup_s"] <= 1),
@@ -98,25 +98,35 @@ def headline(data: dict) -> tuple[list[tuple], dict[str, tuple[float, float | No
         pq_n = [rate("ray.read_parquet", e, "rows_per_s") for e in (1, 2)]
         pq_o = [rate("air_ray.read_uc_volume parquet", e, "rows_per_s") for e in (1, 2)]
         rows += [
-            ("#4 ray", "first execution, files/s (bytes column)", ours[0], f"read_binary_files {fmt(nat[0])}",
-             ours[0] / nat[0], "≥ 1,500", ours[0] >= 1500),
-            ("#4 ray", "second execution, files/s (bytes column)", ours[1], f"read_binary_files {fmt(nat[1])}",
+            ("#4 ray", "first execution, files/s (default rows: local_path)", paths[0],
+             f"read_binary_files {fmt(nat[0])}", paths[0] / nat[0], "≥ 1,500", paths[0] >= 1500),
+            ("#4 ray", "second execution, files/s (default rows)", paths[1], f"read_binary_files {fmt(nat[1])}",
+             paths[1] / nat[1], "≥ 5,000", paths[1] >= 5000),
+            ("#4 ray", "first execution, files/s (include_bytes: bytes through the object store)", ours[0],
+             f"read_binary_files {fmt(nat[0])}", ours[0] / nat[0], "≥ 1,500", ours[0] >= 1500),
+            ("#4 ray", "second execution, files/s (include_bytes)", ours[1], f"read_binary_files {fmt(nat[1])}",
              ours[1] / nat[1], "≥ 5,000", ours[1] >= 5000),
-            ("#4 ray", "first / second execution, files/s (local_path rows)", f"{fmt(paths[0])} / {fmt(paths[1])}",
-             "", None, "", None),
             ("#4 ray", "Parquet first execution, rows/s", pq_o[0], f"read_parquet {fmt(pq_n[0])}", pq_o[0] / pq_n[0],
              "≥ 1×", pq_o[0] >= pq_n[0]),
             ("#4 ray", "Parquet second execution, rows/s", pq_o[1], f"read_parquet {fmt(pq_n[1])}", pq_o[1] / pq_n[1],
              "≥ 1×", pq_o[1] >= pq_n[1]),
         ]
         bars["Ray read_binary_files"] = tuple(nat)
-        bars["air_ray read_uc_volume\n(bytes column)"] = tuple(ours)
+        bars["air_ray read_uc_volume\n(local_path rows)"] = tuple(paths)
+        bars["air_ray read_uc_volume\n(include_bytes)"] = tuple(ours)
     if "delta" in data:
         s = one(data["delta"][1], "ratio_ours_over_deltalake_fs")
         r = s["rows_per_s_median"]
         rows.append(("#5 delta", "export, rows/s (median)", r["ours"],
                      f"deltalake + write_dataset {fmt(r['own'])}", s["ratio_ours_over_deltalake_fs"], "≥ 0.9×",
                      s["ratio_ours_over_deltalake_fs"] >= 0.9))
+        back = {r["system"].split(": ")[1]: r["rows_per_s"] for r in data["delta"][1]
+                if r.get("system", "").startswith("stream export")}
+        for door, native in (("hf", "HF parquet"), ("ray", "Ray read_parquet")):
+            if back:
+                ratio = back[f"{door}-ours"] / back[f"{door}-native"]
+                rows.append(("#5 delta", f"the export streamed through {door}, rows/s", back[f"{door}-ours"],
+                             f"{native} {fmt(back[f'{door}-native'])}", ratio, "≥ 1×", ratio >= 1))
     return rows, bars
 
 
@@ -140,7 +150,7 @@ def plot(bars: dict[str, tuple[float, float | None]], out: Path) -> None:
             ax.text(x + 0.2, v * 1.05, fmt(v), ha="center", fontsize=7)
     ax.set_yscale("log")
     ax.set_ylabel("files/s (log scale)")
-    ax.set_xticks(list(xs), names, fontsize=7)
+    ax.set_xticks(list(xs), names, fontsize=7, rotation=15)
     ax.set_title("2,000 JPEGs of ~147 KiB on an emulated volume (10 ms per open, 200 MB/s per stream), 2 cores")
     ax.legend()
     fig.tight_layout()
