@@ -17,6 +17,9 @@ def test_demo_streams_caches_and_shows_the_split(tmp_path):
     assert out.returncode == 0, out.stderr[-3000:]
     assert "epoch 1:" in out.stdout and "cache hits 300/300" in out.stdout
     assert "rank 2: worker 0:" in out.stdout
+    for section in ("== delta ==", "== hf ==", "== ray =="):
+        assert section in out.stdout
+    assert "again: nothing written" in out.stdout
     assert (tmp_path / "Volumes" / "demo" / "ml" / "raw" / "images" / "cat").is_dir()
 
 
