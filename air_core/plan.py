@@ -158,14 +158,22 @@ def delivered(
     linear, not exponential, time in their depth.
     """
     memo: dict[int, set[int]] = {}
+    # The workers of one rank share its share: deal it once per (prior run, epoch, world size).
+    shares: dict[tuple[int, int, int], list[list[int]]] = {}
 
     def of(run: dict) -> set[int]:
         if id(run) not in memo:
             out: set[int] = set()
             for s in run["streams"]:
-                before = of(s["resumed_from"]) if s.get("resumed_from") else set()
-                items = plan(sizes, Grid(*s["grid"]), epoch=run["epoch"], seed=seed, shuffle=shuffle,
-                             balance=balance, equalize=equalize, exclude=before)
+                prior = s.get("resumed_from")
+                before = of(prior) if prior else set()
+                g = Grid(*s["grid"])
+                key = (id(prior), run["epoch"], g.world_size)
+                if key not in shares:
+                    shares[key] = rank_shares(sizes, world_size=g.world_size, epoch=run["epoch"], seed=seed,
+                                              shuffle=shuffle, balance=balance, equalize=equalize, exclude=before)
+                items = worker_share(shares[key][g.rank], sizes, worker=g.worker, num_workers=g.num_workers,
+                                     balance=balance)
                 out |= before
                 out.update(items[: s["consumed"]])
             memo[id(run)] = out
