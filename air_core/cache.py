@@ -122,10 +122,10 @@ class Cache:
 
     def get(self, source: str, volume_path: str, size: int, mtime_ns: int) -> str | None:
         """The cached copy's path, fetching `source` first if needed; None if not admitted."""
+        hit = self.lookup(volume_path, size, mtime_ns)
+        if hit is not None:
+            return hit
         entry = self.entry_path(volume_path, size, mtime_ns)
-        if self._touch(entry):
-            self._count(hits=1)
-            return entry
         part = os.path.join(os.path.dirname(entry), "." + os.path.basename(entry) + ".part")
         fd = os.open(part, os.O_WRONLY | os.O_CREAT, 0o600)
         try:
@@ -305,9 +305,10 @@ def read_fd(fd: int, size: int) -> bytes:
     """Read up to `size` bytes from `fd` in as few calls as the kernel allows."""
     data = os.read(fd, size)
     if len(data) < size and data:
-        parts = [data]
-        while (n := sum(map(len, parts))) < size and (chunk := os.read(fd, size - n)):
+        parts, n = [data], len(data)
+        while n < size and (chunk := os.read(fd, size - n)):
             parts.append(chunk)
+            n += len(chunk)
         data = b"".join(parts)
     return data
 

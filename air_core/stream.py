@@ -156,9 +156,9 @@ class FileStream:
         self._worker, self._num_workers = worker, num_workers
         self._cache_dir, self._cache_limit = cache_dir, cache_limit
         self._fetch = {"fetch_threads": fetch_threads, "prefetch": prefetch, "prefetch_bytes": prefetch_bytes}
-        if manifest is not None and manifest.root != self.path:
-            raise OptionError(f"manifest= lists {manifest.root}, not {self.path}")
         if manifest is not None:
+            if manifest.root != self.path:
+                raise OptionError(f"manifest= lists {manifest.root}, not {self.path}")
             check_same(manifest)
         self._manifest = manifest or shared_manifest(path, include=include, exclude=exclude)
         self._fingerprint = self._manifest.fingerprint
