@@ -11,6 +11,8 @@ from air_core.tabular import RowGroup, RowSlice
 # A read task fetches its files on many threads at once; below this many files
 # a task costs more to schedule and to warm up than its reads take.
 MIN_FILES_PER_TASK = 64
+# The most bytes an Arrow `binary` array holds (its offsets are 32-bit).
+BINARY_BYTES = 2**31 - 1
 
 
 def task_count(items: int, parallelism: int, *, min_per_task: int = 1) -> int:
@@ -23,6 +25,16 @@ def task_count(items: int, parallelism: int, *, min_per_task: int = 1) -> int:
     if items == 0:
         return 0
     return max(1, min(parallelism, items, items // max(1, min_per_task)))
+
+
+def binary_block_bytes(block_bytes: int, largest: int) -> int:
+    """The block size at which a files-mode block closes so that its contents fit Arrow `binary`.
+
+    A block closes once its files hold the block size, so it ends under
+    that size plus its last file: the largest file is subtracted from what
+    `binary` holds. `largest` is at most half of that (bigger files take `large_binary`).
+    """
+    return min(block_bytes, BINARY_BYTES + 1 - largest)
 
 
 def groups(weights: Sequence[int], parts: int) -> list[list[int]]:

@@ -21,7 +21,7 @@ from air_core.manifest import Manifest
 from air_core.stream import DEFAULT_PREFETCH, CachedFile, read_items
 from air_core.tabular import RowGroup, RowSlice, read_units
 
-from .read_tasks import unit_of
+from .read_tasks import BINARY_BYTES, unit_of
 
 Row = tuple[str, int, int]  # (path relative to the root, size, mtime_ns)
 
@@ -47,18 +47,32 @@ class Source:
         return Cache(self.cache_dir, limit_bytes=self.cache_limit)
 
 
-def files_schema(*, include_paths: bool, include_bytes: bool) -> pa.Schema:
-    """Rows of files mode: `path` (volume path), `local_path` (node-local copy), `size`, `bytes`."""
+def bytes_type(largest: int) -> pa.DataType:
+    """The `bytes` column's type for files of at most `largest` bytes.
+
+    `binary` (32-bit offsets) whenever a block can be kept under its 2 GiB by
+    closing it early (see `read_tasks.binary_block_bytes`): pyarrow turns it
+    into Python bytes several times faster than `large_binary`, which is left
+    for files over 1 GiB.
+    """
+    return pa.binary() if largest <= BINARY_BYTES // 2 else pa.large_binary()
+
+
+def files_schema(*, include_paths: bool, contents_type: pa.DataType | None) -> pa.Schema:
+    """Rows of files mode: `path` (volume path), `local_path` (node-local copy), `size`, `bytes`.
+
+    `contents_type` is the `bytes` column's type (see `bytes_type`); None leaves the column out.
+    """
     fields = [pa.field("path", pa.string())] if include_paths else []
     fields += [pa.field("local_path", pa.string()), pa.field("size", pa.int64())]
-    if include_bytes:
-        fields.append(pa.field("bytes", pa.large_binary()))
+    if contents_type is not None:
+        fields.append(pa.field("bytes", contents_type))
     return pa.schema(fields)
 
 
-def files_read_fn(source: Source, rows: Sequence[Row], *, include_paths: bool, include_bytes: bool,
+def files_read_fn(source: Source, rows: Sequence[Row], *, include_paths: bool, contents_type: pa.DataType | None,
                   max_block_bytes: int, max_block_rows: int | None = None) -> Callable[[], Iterator[pa.Table]]:
-    """A read task's function for files mode: one row per file.
+    """A read task's function for files mode: one row per file, with its contents as `contents_type`.
 
     A block ends once its files hold `max_block_bytes`, whether or not their
     contents are in it: a consumer that opens `local_path` itself then gets
@@ -66,14 +80,14 @@ def files_read_fn(source: Source, rows: Sequence[Row], *, include_paths: bool, i
     (Ray's per-task row limit, as in `take(n)`) ends a block early and bounds
     the fetches ahead, so a limited read fetches little more than it needs.
     """
-    schema = files_schema(include_paths=include_paths, include_bytes=include_bytes)
+    schema = files_schema(include_paths=include_paths, contents_type=contents_type)
 
     def block(files: list[CachedFile]) -> pa.Table:
         columns = {"path": [f.path for f in files]} if include_paths else {}
         columns["local_path"] = [f.local_path for f in files]
         columns["size"] = [f.size for f in files]
-        if include_bytes:
-            columns["bytes"] = contents(files)
+        if contents_type is not None:
+            columns["bytes"] = contents(files, contents_type)
         return pa.table(columns, schema=schema)
 
     def read_uc_volume_files() -> Iterator[pa.Table]:
@@ -115,9 +129,9 @@ def parquet_read_fn(source: Source, rows: Sequence[Row], pieces: Sequence[RowGro
     return read_uc_volume_parquet
 
 
-def contents(files: Sequence[CachedFile]) -> pa.Array:
-    """The files' bytes as one Arrow column, read straight into Arrow memory (no Python bytes between)."""
-    offsets = np.zeros(len(files) + 1, dtype=np.int64)
+def contents(files: Sequence[CachedFile], type: pa.DataType) -> pa.Array:
+    """The files' bytes as one Arrow `binary` or `large_binary` array, read straight into Arrow memory."""
+    offsets = np.zeros(len(files) + 1, dtype=np.int64 if type == pa.large_binary() else np.int32)
     np.cumsum([f.size for f in files], out=offsets[1:])
     data = pa.allocate_buffer(int(offsets[-1]))
     view = memoryview(data)
@@ -132,4 +146,4 @@ def contents(files: Sequence[CachedFile]) -> pa.Array:
                 done += n
         if done != f.size:
             raise FetchError(0, f"{f.path}: its cached copy {f.local_path} holds {done} of {f.size} bytes")
-    return pa.Array.from_buffers(pa.large_binary(), len(files), [None, pa.py_buffer(offsets), data])
+    return pa.Array.from_buffers(type, len(files), [None, pa.py_buffer(offsets), data])

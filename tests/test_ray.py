@@ -58,6 +58,7 @@ def test_file_rows_come_with_bytes_and_a_second_execution_needs_no_volume(volume
     ds = read_uc_volume(volume.path("d"), include_bytes=True)
     assert ds.count() == 30  # from the read tasks' metadata, before any read
     assert ds.schema().names == ["path", "local_path", "size", "bytes"]
+    assert ds.schema().base_schema.field("bytes").type == pa.binary()
     rows = ds.take_all()
     assert sorted(r["path"] for r in rows) == paths
     cache = os.environ["AIR_CACHE_DIR"]
@@ -69,6 +70,24 @@ def test_file_rows_come_with_bytes_and_a_second_execution_needs_no_volume(volume
         volume.local(p[len(volume.vol) + 1:]).unlink()
     again = {r["path"]: r["bytes"] for r in ds.take_all()}
     assert again == {r["path"]: r["bytes"] for r in rows}
+
+
+def test_bytes_stay_binary_unless_a_file_needs_large_binary(volume):
+    volume.files("d", 3)
+    with open(volume.local("d/huge.bin"), "wb") as f:  # sparse: 1.5 GiB listed, nothing on disk
+        f.truncate(3 << 29)
+    source = UCVolumeDatasource(volume.path("d"), include_bytes=True)
+    assert source.schema().field("bytes").type == pa.large_binary()
+    assert all(t.schema.field("bytes").type == pa.large_binary() for t in source.get_read_tasks(2))
+    small = UCVolumeDatasource(volume.path("d"), include_bytes=True, exclude="huge.bin")
+    assert small.schema().field("bytes").type == pa.binary()
+
+
+def test_binary_blocks_close_before_2_gib():
+    assert read_tasks.binary_block_bytes(128 << 20, 5 << 20) == 128 << 20
+    # A block closes once it holds the limit; with its last file it still fits 32-bit offsets.
+    limit = read_tasks.binary_block_bytes(4 << 30, 1 << 30)
+    assert limit + (1 << 30) - 1 <= read_tasks.BINARY_BYTES
 
 
 def test_read_tasks_are_byte_balanced_deterministic_and_carry_only_their_rows(volume):
