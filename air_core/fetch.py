@@ -9,9 +9,10 @@ permanent one into a `FetchError` that names the file.
 from __future__ import annotations
 
 import errno
+import threading
 import time
 from collections import deque
-from concurrent.futures import Future, ThreadPoolExecutor
+from queue import SimpleQueue
 from typing import Callable, Iterable, Iterator, TypeVar
 
 from .errors import FetchError
@@ -53,19 +54,43 @@ def ordered_map(
 
     At most `max_ahead` items and `max_bytes` bytes are in flight or waiting
     (one item is always allowed, however large). The first exception is
-    raised in order; pending work is cancelled when the consumer stops.
+    raised in order; work not yet started is dropped when the consumer stops.
     `quick(item)`, when given, runs first on the calling thread; a result other
-    than None is used as is (a cache hit costs microseconds; a hand-off to the
-    pool costs more than that).
+    than None is used as is (a cache hit costs microseconds; a hand-off to a
+    thread costs more than that).
+
+    The threads take `(position, item)` jobs from one queue and leave results
+    in one dict: no future, lock or condition per item, so a pass over a
+    million files leaves the garbage collector little to do (a full collection
+    in a process with torch or Ray loaded stalls it for a tenth of a second or
+    more). They are daemon threads: an interpreter exiting mid-pass does not
+    wait for reads it no longer needs, and a copy cut short there is never
+    served (see `air_core.cache`).
     """
     source = iter(items)
-    queue: deque[tuple[Future | None, R | None, int]] = deque()  # (pending work, or its result now)
-    inflight = 0
-    pool = ThreadPoolExecutor(max(1, threads), thread_name_prefix="air-fetch")
+    jobs: SimpleQueue = SimpleQueue()
+    results: dict[int, tuple[bool, R | BaseException]] = {}
+    arrived = threading.Condition()
+    stop = threading.Event()
+    workers = 0
+
+    def work() -> None:
+        while (job := jobs.get()) is not None and not stop.is_set():
+            position, item = job
+            try:
+                out = (True, fn(item))
+            except BaseException as e:  # raised on the consumer's thread, in order
+                out = (False, e)
+            with arrived:
+                results[position] = out
+                arrived.notify()
+
+    weights: deque[int] = deque()  # bytes of each position from `head` to `end`
+    head = end = inflight = 0
     try:
         exhausted = False
         while True:
-            while not exhausted and len(queue) < max_ahead:
+            while not exhausted and end - head < max_ahead and (inflight < max_bytes or end == head):
                 try:
                     item, nbytes = next(source)
                 except StopIteration:
@@ -73,21 +98,28 @@ def ordered_map(
                     break
                 done = quick(item) if quick is not None else None
                 if done is not None:
-                    queue.append((None, done, 0))
-                    continue
-                queue.append((pool.submit(fn, item), None, nbytes))
+                    results[end] = (True, done)
+                    nbytes = 0
+                else:
+                    if workers < max(1, threads):
+                        threading.Thread(target=work, name="air-fetch", daemon=True).start()
+                        workers += 1
+                    jobs.put((end, item))
+                weights.append(nbytes)
                 inflight += nbytes
-                if inflight >= max_bytes:
-                    break
-            if not queue:
+                end += 1
+            if head == end:
                 return
-            fut, result, nbytes = queue.popleft()
-            if fut is not None:
-                result = fut.result()
-            inflight -= nbytes
-            yield result
+            with arrived:
+                while head not in results:
+                    arrived.wait()
+                ok, out = results.pop(head)
+            inflight -= weights.popleft()
+            head += 1
+            if not ok:
+                raise out
+            yield out
     finally:
-        for fut, _, _ in queue:
-            if fut is not None:
-                fut.cancel()
-        pool.shutdown(wait=False, cancel_futures=True)
+        stop.set()
+        for _ in range(workers):
+            jobs.put(None)

@@ -1,0 +1,82 @@
+"""air_core.fetch: the ordered, bounded thread pool every read goes through."""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+
+import pytest
+
+from air_core.fetch import ordered_map
+
+
+class Probe:
+    """A slow function that records how much work is running or waiting at once."""
+
+    def __init__(self, fail_at: int | None = None, delay: float = 0.004) -> None:
+        self.lock = threading.Lock()
+        self.started: list[int] = []
+        self.fail_at = fail_at
+        self.delay = delay
+
+    def __call__(self, item: int) -> int:
+        with self.lock:
+            self.started.append(item)
+        time.sleep(random.uniform(0, self.delay))
+        if item == self.fail_at:
+            raise ValueError(f"item {item}")
+        return item * 10
+
+
+def test_results_come_in_input_order():
+    probe = Probe()
+    items = [(i, 1) for i in range(300)]
+    assert list(ordered_map(probe, items, threads=16, max_ahead=64, max_bytes=1 << 30)) == [i * 10 for i in range(300)]
+    assert sorted(probe.started) == list(range(300))
+
+
+@pytest.mark.parametrize(("max_ahead", "max_bytes"), [(8, 1 << 30), (1000, 250), (1000, 1)])
+def test_work_ahead_is_bounded_by_count_and_bytes(max_ahead, max_bytes):
+    probe = Probe()
+    items = [(i, 100) for i in range(200)]
+    consumed = 0
+    for out in ordered_map(probe, items, threads=32, max_ahead=max_ahead, max_bytes=max_bytes):
+        ahead = len(probe.started) - consumed  # started but not yet handed over, this one included
+        assert ahead <= max_ahead
+        assert ahead <= max(1, -(-max_bytes // 100))  # one item always goes, however large
+        assert out == consumed * 10
+        consumed += 1
+    assert consumed == 200
+
+
+def test_the_first_error_is_raised_in_order():
+    probe = Probe(fail_at=37)
+    got = []
+    with pytest.raises(ValueError, match="item 37"):
+        for out in ordered_map(probe, [(i, 1) for i in range(100)], threads=8, max_ahead=32, max_bytes=1 << 30):
+            got.append(out)
+    assert got == [i * 10 for i in range(37)]
+
+
+def test_quick_results_skip_the_threads_and_keep_their_place():
+    probe = Probe()
+    quick = lambda i: -i if i % 3 == 0 else None  # noqa: E731
+    out = list(ordered_map(probe, [(i, 1) for i in range(60)], threads=4, max_ahead=16, max_bytes=1 << 30, quick=quick))
+    assert out == [-i if i % 3 == 0 else i * 10 for i in range(60)]
+    assert sorted(probe.started) == [i for i in range(60) if i % 3]
+
+
+def test_stopping_early_drops_queued_work_and_ends_the_threads():
+    probe = Probe(delay=0.04)
+    before = set(threading.enumerate())
+    results = ordered_map(probe, [(i, 1) for i in range(10_000)], threads=4, max_ahead=64, max_bytes=1 << 30)
+    assert [next(results) for _ in range(5)] == [0, 10, 20, 30, 40]
+    ours = set(threading.enumerate()) - before
+    assert len(ours) == 4
+    results.close()
+    for t in ours:
+        t.join(timeout=5)
+        assert not t.is_alive()
+    # 64 jobs were queued; the 4 threads finish what they hold and drop the rest
+    assert len(probe.started) <= 5 + 3 * 4
