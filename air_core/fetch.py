@@ -110,10 +110,11 @@ def ordered_map(
                 end += 1
             if head == end:
                 return
-            with arrived:
-                while head not in results:
-                    arrived.wait()
-                ok, out = results.pop(head)
+            if head not in results:  # a cache hit, or a read already done, needs no lock
+                with arrived:
+                    while head not in results:
+                        arrived.wait()
+            ok, out = results.pop(head)
             inflight -= weights.popleft()
             head += 1
             if not ok:
