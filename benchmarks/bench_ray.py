@@ -17,8 +17,8 @@ every reader makes two passes over the images, so that the workers are in
 the steady state of a cluster that has been up a while (see `measure`).
 Three references: a bare 64-thread pool reading each file once (the
 machine's ceiling under slowvol); a datasource whose tasks make rows of the
-same sizes from bytes already in memory (the ceiling of any reader that
-hands bytes to this consumer through Ray's object store); and
+same sizes from bytes already in memory (what Ray's object store and this
+consumer cost with nothing to read); and
 `read_binary_files` over the same files on local disk, which slowvol does
 not slow (what Ray's own reader does with no network in the way). Prints one JSON line per measurement, one median per
 reader and execution, then one with the ratios of the medians.
@@ -121,8 +121,8 @@ def in_memory_source(sizes: list[int], tasks: int):
 
     Nothing is read: one memcpy per row into an Arrow `binary` column, blocks
     of Ray's target size, then Ray's own work (the object store, the
-    iterator) and the consumer's. The ceiling of any reader that hands over
-    bytes through Ray, on this machine.
+    iterator) and the consumer's: what handing bytes over through Ray costs
+    on this machine with nothing to read.
     """
     import numpy as np
     import pyarrow as pa
@@ -216,7 +216,7 @@ def measure(root: str, repeat: int) -> None:
     sizes = [os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(local_images) for f in fs]
     runs = [  # (system, unit, make(repeat), consume); ours get an empty cache of their own each repeat
         ("ray.read_binary_files", "files", lambda r: ray.data.read_binary_files(local_images), files_pass),
-        ("in-memory bytes through Ray (ceiling)", "files",
+        ("in-memory bytes through Ray (nothing read)", "files",
          lambda r: ray.data.read_datasource(in_memory_source(sizes, os.cpu_count()), override_num_blocks=os.cpu_count()),
          files_pass),
         ("ray.read_binary_files, local disk, no slowvol", "files",
