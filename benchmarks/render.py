@@ -167,7 +167,7 @@ RAY_NOTES = [
     "  answers asynchronously and the executor refreshes its limits at most once a second. Until then it",
     "  runs one read task at a time, sometimes with an idle gap between tasks, so the sub-second",
     "  executions here run their read tasks one after another. (`num_cpus=0` on the read tasks lets them",
-    "  start together; it did not raise the medians here.)",
+    "  start together; over 4 turns it gained nothing beyond the noise here.)",
     "- With `include_bytes=True` every file's bytes cross Ray's object store and become a Python `bytes`",
     "  in the consumer; on 2 cores the consumer's copy dominates. The in-memory source makes the same",
     "  rows from bytes already in memory, with nothing to read: what Ray and this consumer cost by",
