@@ -204,6 +204,7 @@ class UCVolume(datasets.ArrowBasedBuilder):
 
     BUILDER_CONFIG_CLASS = UCVolumeConfig
     config: UCVolumeConfig
+    _embed_media = False
 
     def _create_builder_config(self, config_name=None, custom_features=None, **config_kwargs):
         # datasets resolves a config's data here; this builder resolves its listing, whose
@@ -229,6 +230,13 @@ class UCVolume(datasets.ArrowBasedBuilder):
         # A list in gen_kwargs is what datasets shards over: one element per shard.
         return [datasets.SplitGenerator(name=datasets.Split.TRAIN, gen_kwargs={"shards": shards})]
 
+    def _prepare_split(self, split_generator, **kwargs):
+        # A non-streaming load writes the rows into datasets' Arrow cache, which outlives the
+        # node cache: image and audio rows then carry their bytes, not the path of a copy that
+        # a prune may remove.
+        self._embed_media = True
+        return super()._prepare_split(split_generator, **kwargs)
+
     def _generate_tables(self, shards: list) -> Iterator[tuple[int, pa.Table]]:
         c, manifest = self.config, self._source.manifest()
         cache = Cache(c.node_cache_dir, limit_bytes=c.node_cache_limit)
@@ -241,4 +249,5 @@ class UCVolume(datasets.ArrowBasedBuilder):
         schema = features.arrow_schema
         files = read_items(manifest, items, cache, fetch_threads=c.fetch_threads)
         for k in range(-(-len(items) // FILES_PER_TABLE)):
-            yield k, rows.table(list(islice(files, FILES_PER_TABLE)), manifest, features, schema, c.decode)
+            yield k, rows.table(list(islice(files, FILES_PER_TABLE)), manifest, features, schema, c.decode,
+                                embed_media=self._embed_media)

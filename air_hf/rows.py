@@ -47,8 +47,14 @@ def features(decode: str, labels: Sequence[str] | None) -> datasets.Features:
 def table(
     files: Sequence[CachedFile], manifest: Manifest, features: datasets.Features, schema: pa.Schema,
     decode: str,
+    *,
+    embed_media: bool = False,
 ) -> pa.Table:
-    """One Arrow table of rows for `files`, in order (`schema`: `features.arrow_schema`, made once)."""
+    """One Arrow table of rows for `files`, in order (`schema`: `features.arrow_schema`, made once).
+
+    Image and audio rows point at the node-local copy, decoded where the row is
+    consumed; with `embed_media` (rows bound for datasets' Arrow cache) they carry the bytes.
+    """
     cols: dict[str, list] = {
         "path": [f.path for f in files],
         "local_path": [f.local_path for f in files],
@@ -59,10 +65,9 @@ def table(
     elif decode == "text":
         cols["text"] = [_text(f) for f in files]
     elif decode in ("image", "audio"):
-        # A file the full cache did not admit is carried as bytes; otherwise the cached copy is
-        # decoded lazily, where the row is consumed.
-        cols[decode] = [{"path": f.local_path, "bytes": None} if f.data is None
-                        else {"path": f.path, "bytes": f.data} for f in files]
+        # A file the full cache did not admit is carried as bytes too.
+        cols[decode] = [{"path": f.path, "bytes": f.read_bytes()} if embed_media or f.data is not None
+                        else {"path": f.local_path, "bytes": None} for f in files]
     if "label" in features:
         index = {name: k for k, name in enumerate(features["label"].names)}
         cols["label"] = [index[_parent(manifest.paths[f.index])] for f in files]

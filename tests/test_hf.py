@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import os
 import pickle
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -141,6 +142,18 @@ def test_file_rows_decoded_and_labelled(volume, hf_cache):
     assert isinstance(audio.features["audio"], datasets.Audio)
     (row,) = audio.decode(False)
     assert row["audio"]["path"] == row["local_path"]
+
+
+def test_non_streaming_media_rows_outlive_the_node_cache(volume, hf_cache, tmp_path):
+    buf = io.BytesIO()
+    Image.new("RGB", (5, 2), "red").save(buf, "PNG")
+    volume.write("shots/a.png", buf.getvalue())
+    node = tmp_path / "node-cache"
+    ds = load(volume, hf_cache, "shots", streaming=False, decode="image", node_cache_dir=str(node))
+    shutil.rmtree(node)  # as a prune or a new node would
+    (row,) = ds
+    assert row["image"].size == (5, 2) and row["image"].getpixel((0, 0)) == (255, 0, 0)
+    assert ds.cast_column("image", datasets.Image(decode=False))[0]["image"]["path"] == volume.path("shots/a.png")
 
 
 def test_streams_through_dataloader_workers_exactly_once(volume, hf_cache):
