@@ -68,6 +68,7 @@ def ordered_map(
     served (see `air_core.cache`).
     """
     source = iter(items)
+    threads = max(1, threads)
     jobs: SimpleQueue = SimpleQueue()
     results: dict[int, tuple[bool, R | BaseException]] = {}
     arrived = threading.Condition()
@@ -101,7 +102,7 @@ def ordered_map(
                     results[end] = (True, done)
                     nbytes = 0
                 else:
-                    if workers < max(1, threads):
+                    if workers < threads:
                         threading.Thread(target=work, name="air-fetch", daemon=True).start()
                         workers += 1
                     jobs.put((end, item))

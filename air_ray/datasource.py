@@ -155,7 +155,7 @@ class UCVolumeDatasource(Datasource):
         self._parquet = parquet
         self._include_paths = (not parquet) if include_paths is None else bool(include_paths)
         self._include_bytes = bool(include_bytes)
-        self._largest = max(manifest.sizes)
+        self._contents_type = bytes_type(max(manifest.sizes)) if include_bytes else None
         self._source = Source(
             root=manifest.root, local_root=vp.local, fingerprint=manifest.fingerprint,
             cache_dir=os.path.abspath(cache_dir or default_dir()), cache_limit=cache_limit, fetch=fetch,
@@ -181,7 +181,7 @@ class UCVolumeDatasource(Datasource):
     def schema(self) -> pa.Schema:
         """The rows' schema (projected when columns were selected)."""
         if not self._parquet:
-            return files_schema(include_paths=self._include_paths, contents_type=self._contents_type())
+            return files_schema(include_paths=self._include_paths, contents_type=self._contents_type)
         columns = self._get_data_columns()
         s = self._schema
         if self._include_paths:
@@ -247,23 +247,17 @@ class UCVolumeDatasource(Datasource):
             n += len(manifest.root) + 1 + len(rel)
         return n + manifest.sizes[i] * self._include_bytes
 
-    def _contents_type(self) -> pa.DataType | None:
-        return bytes_type(self._largest) if self._include_bytes else None
-
     def _file_tasks(self, epoch: int, parallelism: int, row_limit: int | None, block_bytes: int) -> list[ReadTask]:
         manifest, _ = self._listing.get()
         items = self._files_share(epoch)
-        contents_type = self._contents_type()
-        schema = files_schema(include_paths=self._include_paths, contents_type=contents_type)
-        if contents_type == pa.binary():
-            block_bytes = read_tasks.binary_block_bytes(block_bytes, self._largest)
+        schema = files_schema(include_paths=self._include_paths, contents_type=self._contents_type)
         parts = read_tasks.task_count(len(items), parallelism, min_per_task=read_tasks.MIN_FILES_PER_TASK)
         tasks = []
         for group in read_tasks.groups([manifest.sizes[i] for i in items], parts):
             chosen = [items[p] for p in group]
             rows = [(manifest.paths[i], manifest.sizes[i], manifest.mtimes[i]) for i in chosen]
             read_fn = files_read_fn(self._source, rows, include_paths=self._include_paths,
-                                    contents_type=contents_type, max_block_bytes=block_bytes,
+                                    contents_type=self._contents_type, max_block_bytes=block_bytes,
                                     max_block_rows=row_limit)
             meta = BlockMetadata(num_rows=len(rows), size_bytes=sum(self._row_bytes(manifest, i) for i in chosen),
                                  input_files=[manifest.volume_path(i) for i in chosen], exec_stats=None)

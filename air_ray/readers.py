@@ -21,7 +21,7 @@ from air_core.manifest import Manifest
 from air_core.stream import DEFAULT_PREFETCH, CachedFile, read_items
 from air_core.tabular import RowGroup, RowSlice, read_units
 
-from .read_tasks import BINARY_BYTES, unit_of
+from .read_tasks import BINARY_BYTES, binary_block_bytes, unit_of
 
 Row = tuple[str, int, int]  # (path relative to the root, size, mtime_ns)
 
@@ -74,13 +74,15 @@ def files_read_fn(source: Source, rows: Sequence[Row], *, include_paths: bool, c
                   max_block_bytes: int, max_block_rows: int | None = None) -> Callable[[], Iterator[pa.Table]]:
     """A read task's function for files mode: one row per file, with its contents as `contents_type`.
 
-    A block ends once its files hold `max_block_bytes`, whether or not their
-    contents are in it: a consumer that opens `local_path` itself then gets
+    A block ends once its files hold `max_block_bytes` (less, when that keeps
+    `binary` contents under 2 GiB), whether or not their contents are in it: a consumer that opens `local_path` itself then gets
     its work in bounded pieces as soon as they are fetched. `max_block_rows`
     (Ray's per-task row limit, as in `take(n)`) ends a block early and bounds
     the fetches ahead, so a limited read fetches little more than it needs.
     """
     schema = files_schema(include_paths=include_paths, contents_type=contents_type)
+    if contents_type == pa.binary():
+        max_block_bytes = binary_block_bytes(max_block_bytes, max(r[1] for r in rows))
 
     def block(files: list[CachedFile]) -> pa.Table:
         columns = {"path": [f.path for f in files]} if include_paths else {}

@@ -18,10 +18,10 @@ the steady state of a cluster that has been up a while (see `measure`).
 Three references: a bare 64-thread pool reading each file once (the
 machine's ceiling under slowvol); a datasource whose tasks make rows of the
 same sizes from bytes already in memory (what Ray's object store and this
-consumer cost with nothing to read); and
-`read_binary_files` over the same files on local disk, which slowvol does
-not slow (what Ray's own reader does with no network in the way). Prints one JSON line per measurement, one median per
-reader and execution, then one with the ratios of the medians.
+consumer cost with nothing to read); and `read_binary_files` over the same
+files on local disk, which slowvol does not slow (what Ray's own reader does
+with no network in the way). Prints one JSON line per measurement, one
+median per reader and execution, then one with the ratios of the medians.
 """
 
 from __future__ import annotations
@@ -204,15 +204,15 @@ def measure(root: str, repeat: int) -> None:
     # been up a while: both readers imported in them, the object store mapped into every
     # process, each fresh worker's first full garbage collections done (~0.1 s each here).
     # Ours warms up on a scratch cache, removed before the timed runs start from an empty one.
+    cache = os.environ["AIR_CACHE_DIR"]
     local_warmup = os.path.join(root, "bench", "ml", "raw", "warmup")
-    scratch = os.path.join(os.environ["AIR_CACHE_DIR"], "warmup")
+    scratch = os.path.join(cache, "warmup")
     for _ in range(2):
         files_pass(ray.data.read_binary_files(unslowed + "/"))
         ray.data.read_parquet(local_warmup).materialize()
         files_pass(read_uc_volume(images, include_bytes=True, cache_dir=scratch))
         read_uc_volume(f"{VOLUME}/warmup").materialize()
     shutil.rmtree(scratch)
-    cache = os.environ["AIR_CACHE_DIR"]
     sizes = [os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(local_images) for f in fs]
     runs = [  # (system, unit, make(repeat), consume); ours get an empty cache of their own each repeat
         ("ray.read_binary_files", "files", lambda r: ray.data.read_binary_files(local_images), files_pass),
