@@ -56,6 +56,8 @@ def main() -> None:
     Trainer(model=model, args=args, train_dataset=ds, data_collator=collate).train()
     with open(os.path.join(out, f"rank{args.process_index}.json"), "w") as f:
         json.dump({"seen": model.seen, "shards": ds.num_shards}, f)
+    # Trainer leaves its gloo group up; one torn down by interpreter exit can abort the process.
+    torch.distributed.destroy_process_group()
 
 
 if __name__ == "__main__":
