@@ -10,10 +10,11 @@ from .errors import (
 )
 from .grid import Grid
 from .manifest import Manifest, list_folder
+from .plan import run_state
 from .stream import CachedFile, FileStream, read_items
 
 __all__ = [
     "AirError", "Cache", "CacheStats", "CachedFile", "EmptyVolumeError", "FetchError", "FileStream", "Grid",
     "Manifest", "ManifestMismatchError", "OptionError", "StateError", "VolumePathError", "default_dir",
-    "list_folder", "read_items",
+    "list_folder", "read_items", "run_state",
 ]

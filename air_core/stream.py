@@ -223,24 +223,32 @@ class FileStream:
             yield f
 
     def state_dict(self) -> dict:
-        """Where iteration stands: plain data, enough to resume exactly-once."""
-        g = self._grid or self.grid()
+        """Where iteration stands: plain data, enough to resume exactly-once.
+
+        `air_core.run_state` gathers every stream's state into one that resumes
+        on any grid. A state loaded but not yet iterated stands where it said.
+        """
+        pending = self._pending
+        if pending is not None and "streams" not in pending:
+            return dict(pending)
+        g = self._grid if pending is None and self._grid is not None else self.grid()
+        consumed, before = (0, pending) if pending is not None else (self._consumed, self._resumed_from)
         return {
             "epoch": self._epoch,
             "fingerprint": self._fingerprint,
             "plan": dict(self._plan_opts),
             "grid": [g.rank, g.world_size, g.worker, g.num_workers],
-            "consumed": self._consumed,
-            "resumed_from": self._resumed_from,
+            "consumed": consumed,
+            "resumed_from": before,
         }
 
     def load_state_dict(self, state: dict) -> None:
         """Resume at the next iteration.
 
         Takes either one stream's `state_dict()` (resume on the same grid), or a
-        whole run's `{"epoch", "fingerprint", "plan", "streams": [state, ...]}`
-        gathered from every stream, which resumes on any grid: the items not
-        yet delivered are planned again over the current one.
+        whole run's state, `air_core.run_state([every stream's state_dict()])`,
+        which resumes on any grid: the items not yet delivered are planned again
+        over the current one.
         """
         if not isinstance(state, dict) or "epoch" not in state or "fingerprint" not in state:
             raise StateError(f"not a FileStream state: {state!r:.200}")
@@ -252,7 +260,7 @@ class FileStream:
             )
         if state.get("plan", self._plan_opts) != self._plan_opts:
             raise StateError(f"the state was saved with plan options {state['plan']}, this stream has {self._plan_opts}")
-        if "streams" in state and any(s["epoch"] != state["epoch"] for s in state["streams"]):
+        if "streams" in state and any(s.get("epoch", state["epoch"]) != state["epoch"] for s in state["streams"]):
             raise StateError("a run state's streams must all be from its epoch")
         self._pending = state
         self._epoch = state["epoch"]

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from conftest import torchrun
 
-from air_core import FileStream, StateError
+from air_core import FileStream, StateError, run_state
 
 SCRIPT = Path(__file__).parent / "scripts" / "core_ranks.py"
 
@@ -68,7 +68,7 @@ def test_elastic_resume_on_another_grid_is_exactly_once(volume):
             it = iter(s)
             delivered += [next(it).path for _ in range(rng.randint(0, 15))]
             states.append(s.state_dict())
-    run = {"epoch": 0, "fingerprint": states[0]["fingerprint"], "plan": states[0]["plan"], "streams": states}
+    run = json.loads(json.dumps(run_state(states)))
     # Resume on 1 rank x 3 workers, stop again part-way, then resume on 3 ranks x 1 worker.
     states2 = []
     for w in range(3):
@@ -77,13 +77,69 @@ def test_elastic_resume_on_another_grid_is_exactly_once(volume):
         it = iter(s)
         delivered += [next(it).path for _ in range(rng.randint(0, 10))]
         states2.append(s.state_dict())
-    run2 = {**run, "streams": states2}
+    run2 = run_state(states2)
     for r in range(3):
         s = FileStream(volume.path("d"), rank=r, world_size=3, **opts)
         s.load_state_dict(pickle.loads(pickle.dumps(run2)))
         delivered += [f.path for f in s]
     counts = Counter(delivered)
     assert len(counts) == 83 and set(counts.values()) == {1}
+
+
+def test_chained_resumes_keep_the_run_state_small_and_exactly_once(volume):
+    # Five stops and resumes in one epoch over 8 streams, each state through JSON as a
+    # checkpoint would take it: the state grows by a level each time, not 8-fold.
+    volume.files("d", 200, size=lambda i: 10 + (i * 7919) % 500)
+    grids = [(4, 2), (2, 4), (8, 1), (1, 8), (4, 2)]
+    delivered, run, sizes = [], None, []
+    for world, workers in grids:
+        states = []
+        for r in range(world):
+            for w in range(workers):
+                s = FileStream(volume.path("d"), rank=r, world_size=world, worker=w, num_workers=workers)
+                if run is not None:
+                    s.load_state_dict(run)
+                it = iter(s)
+                delivered += [f.path for _, f in zip(range(4), it)]
+                states.append(s.state_dict())
+        run = json.loads(json.dumps(run_state(states)))
+        sizes.append(len(json.dumps(run)))
+    assert sizes[-1] < 6 * sizes[0]
+    for r in range(3):
+        s = FileStream(volume.path("d"), rank=r, world_size=3)
+        s.load_state_dict(run)
+        delivered += [f.path for f in s]
+    counts = Counter(delivered)
+    assert len(counts) == 200 and set(counts.values()) == {1}
+
+
+def test_a_loaded_state_saved_again_before_iterating_stands_where_it_was(volume):
+    volume.files("d", 12)
+    a = FileStream(volume.path("d"), num_workers=1)
+    it = iter(a)
+    first = [next(it).path for _ in range(5)]
+    b = FileStream(volume.path("d"))
+    b.load_state_dict(a.state_dict())
+    c = FileStream(volume.path("d"))
+    c.load_state_dict(b.state_dict())  # b never iterated
+    assert len(first) + len(list(c)) == 12
+    d = FileStream(volume.path("d"), rank=0, world_size=2)
+    d.load_state_dict(run_state([a.state_dict()]))
+    e = FileStream(volume.path("d"), rank=0, world_size=2)
+    e.load_state_dict(run_state([d.state_dict()]))  # d never iterated: still the first resume
+    f = FileStream(volume.path("d"), rank=1, world_size=2)
+    f.load_state_dict(run_state([a.state_dict()]))
+    assert sorted(first + [x.path for x in e] + [x.path for x in f]) == sorted(set(first + [x.path for x in c]))
+
+
+def test_states_from_different_runs_are_not_gathered(volume):
+    volume.files("d", 10)
+    a = FileStream(volume.path("d"), rank=0, world_size=2)
+    b = FileStream(volume.path("d"), rank=1, world_size=2, shuffle=True)
+    with pytest.raises(StateError, match="differ in 'plan'"):
+        run_state([a.state_dict(), b.state_dict()])
+    with pytest.raises(StateError, match="no stream states"):
+        run_state([])
 
 
 def test_state_from_another_grid_or_listing_is_refused(volume):

@@ -249,7 +249,7 @@ class DataLoader(torch.utils.data.DataLoader):
         """Resume at the next pass from a `state_dict()`, on this or any other grid."""
         source = self._require_source("load_state_dict")
         state = state_mod.decode(state_dict)
-        source.load_state_dict(state_mod.to_core(state))
+        source.load_state_dict(state)
         self._resume = None if state_mod.is_fresh(state) else state
         self._pass = None
 

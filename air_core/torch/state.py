@@ -8,10 +8,8 @@ A run's progress is
 
 Each stream delivered the first `consumed` items of its plan, planned over what
 `resumed_from` had left. Resumes within an epoch chain through `resumed_from`,
-held once per level rather than once per stream: the core's run state repeats
-it in every stream, so its size would multiply by the streams at each resume.
-`to_core` expands the compact form into that run state (every stream sharing
-one object per level), which `FileStream.load_state_dict` re-plans on any grid.
+held once per level: this is the run state `air_core.run_state` makes, which
+`FileStream.load_state_dict` re-plans on any grid.
 
 `DataLoader.state_dict()` returns `encode(progress)`: `{"version": 1, "run":
 <progress as JSON text>}`. Two leaves whatever the grid, so a fresh loader's
@@ -104,13 +102,3 @@ def is_fresh(state: dict) -> bool:
     """Whether the progress is an epoch's start: nothing delivered yet."""
     return not state["streams"] and state["resumed_from"] is None
 
-
-def to_core(state: dict) -> dict[str, Any]:
-    """The run state `FileStream.load_state_dict` takes, for this progress."""
-    if not state["streams"] and state["resumed_from"] is not None:
-        return to_core(state["resumed_from"])
-    before = to_core(state["resumed_from"]) if state["resumed_from"] is not None else None
-    head = {"epoch": state["epoch"], "fingerprint": state["fingerprint"], "plan": dict(state["plan"])}
-    streams = [{**head, "grid": list(s["grid"]), "consumed": s["consumed"], "resumed_from": before}
-               for s in state["streams"]]
-    return {**head, "streams": streams}
