@@ -85,6 +85,7 @@ def ordered_map(
             with arrived:
                 results[position] = out
                 arrived.notify()
+            del out  # an idle thread must not keep its last result (a file's bytes) alive
 
     weights: deque[int] = deque()  # bytes of each position from `head` to `end`
     head = end = inflight = 0

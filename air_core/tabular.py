@@ -167,13 +167,13 @@ def read_units(
     full cache did not admit is read from memory. `local_root`: as in `read_items`.
     """
     pieces = list(pieces)
-    files = list(dict.fromkeys((p.unit if isinstance(p, RowSlice) else p).file for p in pieces))
-    fetched = read_items(manifest, files, cache, fetch_threads=fetch_threads, prefetch=prefetch,
+    units = [p.unit if isinstance(p, RowSlice) else p for p in pieces]
+    last = {u.file: k for k, u in enumerate(units)}  # a file leaves memory after its last piece
+    fetched = read_items(manifest, list(last), cache, fetch_threads=fetch_threads, prefetch=prefetch,
                          prefetch_bytes=prefetch_bytes, local_root=local_root)
     ready: dict[int, CachedFile] = {}
     open_files: OrderedDict[int, pq.ParquetFile] = OrderedDict()
-    for piece in pieces:
-        unit = piece.unit if isinstance(piece, RowSlice) else piece
+    for k, (piece, unit) in enumerate(zip(pieces, units)):
         while unit.file not in ready:
             f = next(fetched)
             ready[f.index] = f
@@ -185,6 +185,9 @@ def read_units(
                 open_files.popitem(last=False)[1].close()
         open_files.move_to_end(unit.file)
         table = pf.read_row_group(unit.row_group, columns=list(columns) if columns is not None else None)
+        if last[unit.file] == k:
+            del ready[unit.file]
+            open_files.pop(unit.file).close()
         if isinstance(piece, RowSlice):
             table = table.slice(piece.start, piece.num_rows)
         for key, value in partition_values(manifest.paths[unit.file]).items():
@@ -193,7 +196,6 @@ def read_units(
         yield table
     for pf in open_files.values():
         pf.close()
-
 
 def _open(f: CachedFile) -> pq.ParquetFile:
     try:

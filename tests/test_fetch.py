@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import gc
 import random
 import threading
 import time
+import weakref
 
 import pytest
 
@@ -80,3 +82,25 @@ def test_stopping_early_drops_queued_work_and_ends_the_threads():
         assert not t.is_alive()
     # 64 jobs were queued; the 4 threads finish what they hold and drop the rest
     assert len(probe.started) <= 5 + 3 * 4
+
+
+def test_a_result_the_consumer_dropped_is_freed_while_the_pass_goes_on():
+    # An idle thread holding its last result would keep a whole file in memory for the pass.
+    class Blob:
+        pass
+
+    made: list[weakref.ref] = []
+
+    def make(item: int) -> Blob:
+        blob = Blob()
+        made.append(weakref.ref(blob))
+        return blob
+
+    results = ordered_map(make, ((i, 1) for i in range(40)), threads=8, max_ahead=4, max_bytes=1 << 30)
+    for _ in range(20):
+        next(results)
+    time.sleep(0.05)  # the threads finish the work ahead and go idle
+    gc.collect()
+    alive = sum(ref() is not None for ref in made)
+    assert alive <= 4  # only the work ahead of the consumer
+    results.close()
