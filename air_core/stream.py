@@ -259,7 +259,9 @@ class FileStream:
                 "resume needs the same files"
             )
         if state.get("plan", self._plan_opts) != self._plan_opts:
-            raise StateError(f"the state was saved with plan options {state['plan']}, this stream has {self._plan_opts}")
+            raise StateError(
+                f"the state was saved with plan options {state['plan']}, this stream has {self._plan_opts}"
+            )
         if "streams" in state and any(s.get("epoch", state["epoch"]) != state["epoch"] for s in state["streams"]):
             raise StateError("a run state's streams must all be from its epoch")
         self._pending = state

@@ -75,8 +75,9 @@ def files_read_fn(source: Source, rows: Sequence[Row], *, include_paths: bool, c
     """A read task's function for files mode: one row per file, with its contents as `contents_type`.
 
     A block ends once its files hold `max_block_bytes` (less, when that keeps
-    `binary` contents under 2 GiB), whether or not their contents are in it: a consumer that opens `local_path` itself then gets
-    its work in bounded pieces as soon as they are fetched. `max_block_rows`
+    `binary` contents under 2 GiB), whether or not their contents are in it: a
+    consumer that opens `local_path` itself then gets its work in bounded
+    pieces as soon as they are fetched. `max_block_rows`
     (Ray's per-task row limit, as in `take(n)`) ends a block early and bounds
     the fetches ahead, so a limited read fetches little more than it needs.
     """
