@@ -10,7 +10,7 @@ from .errors import (
 )
 from .grid import Grid
 from .manifest import Manifest, list_folder
-from .plan import run_state
+from .resume import run_state
 from .stream import CachedFile, FileStream, read_items
 
 __all__ = [

@@ -21,7 +21,7 @@ from __future__ import annotations
 import random
 from typing import Collection, Literal, Sequence
 
-from .errors import OptionError, StateError
+from .errors import OptionError
 from .grid import Grid
 
 Balance = Literal["bytes", "stride"]
@@ -99,7 +99,8 @@ def rank_shares(
         shares = _stride_ranks(order, world_size)
     else:
         shares = snake(order, sizes, world_size)
-    if equalize == "drop" and order and not min(map(len, shares)):
+    # A resume's remainder may be smaller than the grid: then, like any remainder, it is dropped.
+    if equalize == "drop" and order and not exclude and not min(map(len, shares)):
         raise OptionError(
             f"equalize='drop' with {len(order)} items over {world_size} ranks leaves every rank "
             "empty: use equalize='pad', or fewer ranks"
@@ -138,70 +139,3 @@ def plan(
     )
     return worker_share(shares[grid.rank], sizes, worker=grid.worker, num_workers=grid.num_workers,
                         balance=balance)
-
-
-def run_state(states: Sequence[dict]) -> dict:
-    """A whole run's state from every stream's `state_dict()`, for resuming on any grid.
-
-    The streams of one run were resumed from the same state (or none), so their
-    `resumed_from` is kept once, at the run level: repeated in every stream, it
-    would multiply the state's size by the number of streams at each chained
-    resume. Raises `StateError` when the states are not from one run.
-    """
-    if not states:
-        raise StateError("no stream states to gather: pass the state_dict() of every stream of the run")
-    first = states[0]
-    for key in ("epoch", "fingerprint", "plan", "resumed_from"):
-        if any(s[key] != first[key] for s in states):
-            raise StateError(
-                f"the stream states differ in {key!r}: gather the state_dict() of every stream of one run, "
-                "at one point of one epoch"
-            )
-    return {"epoch": first["epoch"], "fingerprint": first["fingerprint"], "plan": dict(first["plan"]),
-            "resumed_from": first["resumed_from"],
-            "streams": [{"grid": list(s["grid"]), "consumed": s["consumed"]} for s in states]}
-
-
-def delivered(
-    sizes: Sequence[int],
-    run_state: dict,
-    *,
-    seed: int = 0,
-    shuffle: bool = False,
-    balance: Balance = "bytes",
-    equalize: Equalize = "none",
-) -> set[int]:
-    """The items a whole run had delivered, from its streams' saved positions.
-
-    `run_state` is `{"epoch": e, "resumed_from": <run state> or None, "streams":
-    [{"grid", "consumed"}, ...]}`: each stream delivered the first `consumed`
-    items of its plan, planned over what `resumed_from` had left, so resumes
-    chain. A stream may carry its own `resumed_from` instead (whole
-    `state_dict()`s gathered as they are); streams that share one such object
-    have it computed once, so chained resumes cost linear, not exponential,
-    time in their depth.
-    """
-    memo: dict[int, set[int]] = {}
-    # The workers of one rank share its share: deal it once per (prior run, epoch, world size).
-    shares: dict[tuple[int, int, int], list[list[int]]] = {}
-
-    def of(run: dict) -> set[int]:
-        if id(run) not in memo:
-            shared = run.get("resumed_from")
-            out = set(of(shared)) if shared else set()
-            for s in run["streams"]:
-                prior = s["resumed_from"] if "resumed_from" in s else shared
-                before = of(prior) if prior else set()
-                g = Grid(*s["grid"])
-                key = (id(prior), run["epoch"], g.world_size)
-                if key not in shares:
-                    shares[key] = rank_shares(sizes, world_size=g.world_size, epoch=run["epoch"], seed=seed,
-                                              shuffle=shuffle, balance=balance, equalize=equalize, exclude=before)
-                items = worker_share(shares[key][g.rank], sizes, worker=g.worker, num_workers=g.num_workers,
-                                     balance=balance)
-                out |= before
-                out.update(items[: s["consumed"]])
-            memo[id(run)] = out
-        return memo[id(run)]
-
-    return of(run_state)

@@ -12,6 +12,7 @@ from typing import Iterable, Iterator, NamedTuple, Sequence
 
 from . import grid as grid_mod
 from . import plan as plan_mod
+from . import resume
 from . import volume
 from .cache import Cache, read_bytes, read_fd
 from .errors import ManifestMismatchError, OptionError, StateError
@@ -215,8 +216,8 @@ class FileStream:
 
     def __iter__(self) -> Iterator[CachedFile]:
         grid = self.grid()
-        exclude, skip, resumed_from = self._take_pending(grid)
-        items = plan_mod.plan(self.manifest.sizes, grid, epoch=self._epoch, exclude=exclude, **self._plan_opts)
+        resumed_from, skip = self._take_pending(grid)
+        items = resume.plan(self.manifest.sizes, grid, resumed_from, epoch=self._epoch, **self._plan_opts)
         self._grid, self._consumed, self._resumed_from = grid, skip, resumed_from
         for f in read_items(self.manifest, items[skip:], self.cache, **self._fetch):
             self._consumed += 1
@@ -247,8 +248,7 @@ class FileStream:
 
         Takes either one stream's `state_dict()` (resume on the same grid), or a
         whole run's state, `air_core.run_state([every stream's state_dict()])`,
-        which resumes on any grid: the items not yet delivered are planned again
-        over the current one.
+        which resumes on any grid (see `air_core.resume` for who reads the rest).
         """
         if not isinstance(state, dict) or "epoch" not in state or "fingerprint" not in state:
             raise StateError(f"not a FileStream state: {state!r:.200}")
@@ -267,21 +267,20 @@ class FileStream:
         self._pending = state
         self._epoch = state["epoch"]
 
-    def _take_pending(self, grid: grid_mod.Grid) -> tuple[set[int], int, dict | None]:
+    def _take_pending(self, grid: grid_mod.Grid) -> tuple[dict | None, int]:
+        """(the run state this pass resumes, items of its plan already delivered)."""
         state, self._pending = self._pending, None
         if state is None:
-            return set(), 0, None
+            return None, 0
         if "streams" in state:
-            return plan_mod.delivered(self.manifest.sizes, state, **self._plan_opts), 0, state
+            return state, 0
         saved = grid_mod.Grid(*state["grid"])
         if saved != grid:
             raise StateError(
                 f"the state was saved by stream {saved} but this is {grid}: to resume on another grid, "
-                "load the whole run's state ({'epoch', 'fingerprint', 'plan', 'streams': [...]})"
+                "load the whole run's state, air_core.run_state([every stream's state_dict()])"
             )
-        before = state.get("resumed_from")
-        exclude = plan_mod.delivered(self.manifest.sizes, before, **self._plan_opts) if before else set()
-        return exclude, state["consumed"], before
+        return state.get("resumed_from"), state["consumed"]
 
     # -- pickling: carry the path and options, not the listing ------------------
 

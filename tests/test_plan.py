@@ -6,7 +6,7 @@ from collections import Counter
 import pytest
 
 from air_core import Grid, OptionError
-from air_core.plan import delivered, epoch_order, plan, rank_shares
+from air_core.plan import epoch_order, plan, rank_shares
 
 CASES = [(world, workers) for world in range(1, 9) for workers in range(1, 7)]
 
@@ -116,24 +116,6 @@ def test_unknown_options_are_named():
         plan([1], Grid(), equalize="yes")
     with pytest.raises(OptionError, match="rank=2 out of range"):
         Grid(2, 2)
-
-
-def test_delivered_recovers_what_streams_consumed_across_chained_resumes():
-    rng = random.Random(3)
-    sizes = [rng.randint(1, 1000) for _ in range(97)]
-    opts = dict(shuffle=True, seed=1)
-    streams = [{"grid": [r, 2, w, 2], "consumed": rng.randint(0, 20), "resumed_from": None, "epoch": 0}
-               for r in range(2) for w in range(2)]
-    run = {"epoch": 0, "streams": streams}
-    got = delivered(sizes, run, **opts)
-    want = set()
-    for s in streams:
-        want |= set(plan(sizes, Grid(*s["grid"]), **opts)[: s["consumed"]])
-    assert got == want
-    # A second resume on a 3 x 1 grid excludes the first run's items and adds its own.
-    second = [{"grid": [r, 3, 0, 1], "consumed": 5, "resumed_from": run, "epoch": 0} for r in range(3)]
-    got2 = delivered(sizes, {"epoch": 0, "streams": second}, **opts)
-    assert got < got2 and len(got2) == len(got) + 15
 
 
 def test_planning_a_million_items_is_fast():

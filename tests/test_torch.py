@@ -294,7 +294,7 @@ def test_progress_merges_across_ranks():
 
 def test_chained_resumes_stay_cheap():
     # Four resumes within one epoch over 16 streams: one plan per stream and level (64), not 16 ** 4.
-    from air_core.plan import delivered
+    from air_core.resume import delivered
 
     sizes = [1 + (i * 7919) % 5000 for i in range(2000)]
     head = ("fp", {"seed": 0, "shuffle": True, "balance": "bytes", "equalize": "none"})

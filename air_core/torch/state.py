@@ -9,9 +9,9 @@ A run's progress is
 Each stream delivered the first `consumed` items of its plan, planned over what
 `resumed_from` had left. Resumes within an epoch chain through `resumed_from`,
 held once per level: this is the run state `air_core.run_state` makes, which
-`FileStream.load_state_dict` re-plans on any grid.
+`FileStream.load_state_dict` resumes on any grid (see `air_core.resume`).
 
-`DataLoader.state_dict()` returns `encode(progress)`: `{"version": 1, "run":
+`DataLoader.state_dict()` returns `encode(progress)`: `{"version": 2, "run":
 <progress as JSON text>}`. Two leaves whatever the grid, so a fresh loader's
 `state_dict()` is a template that `torch.distributed.checkpoint.load` fills in
 (it loads only the keys of its template, and a nested state's keys vary with
@@ -25,7 +25,9 @@ from typing import Any
 
 from ..errors import StateError
 
-VERSION = 1
+# 2: a resume on as many ranks keeps each rank on its own files; version 1 dealt the rest again,
+# so its chained resumes would be read as other plans than the ones that ran.
+VERSION = 2
 _KEYS = ("epoch", "fingerprint", "plan", "resumed_from", "streams")
 
 

@@ -1,0 +1,97 @@
+"""Resume planning (air_core.resume): exactly once across chained resumes, and each rank keeps its own files."""
+
+import random
+from collections import Counter
+
+import pytest
+
+from air_core import Grid
+from air_core.plan import plan, rank_shares
+from air_core.resume import delivered, plan as resume_plan
+
+
+def stop(sizes, run, world_size, num_workers, consumed, opts):
+    """Run one level on (world_size x num_workers) from `run`, each stream consuming consumed(rank, worker, n)."""
+    streams, got = [], []
+    for r in range(world_size):
+        for w in range(num_workers):
+            items = resume_plan(sizes, Grid(r, world_size, w, num_workers), run, **opts)
+            n = consumed(r, w, len(items))
+            got += items[:n]
+            streams.append({"grid": [r, world_size, w, num_workers], "consumed": n})
+    return {"epoch": 0, "resumed_from": run, "streams": streams}, got
+
+
+def rest(sizes, run, world_size, opts):
+    """Every rank's remaining items when resuming `run` on world_size ranks of one worker."""
+    return [resume_plan(sizes, Grid(r, world_size), run, **opts) for r in range(world_size)]
+
+
+def test_delivered_recovers_what_streams_consumed_across_chained_resumes():
+    rng = random.Random(3)
+    sizes = [rng.randint(1, 1000) for _ in range(97)]
+    opts = dict(shuffle=True, seed=1)
+    streams = [{"grid": [r, 2, w, 2], "consumed": rng.randint(0, 20), "resumed_from": None, "epoch": 0}
+               for r in range(2) for w in range(2)]
+    run = {"epoch": 0, "streams": streams}  # stream states gathered as they are: each carries resumed_from
+    got = delivered(sizes, run, **opts)
+    want = set()
+    for s in streams:
+        want |= set(plan(sizes, Grid(*s["grid"]), **opts)[: s["consumed"]])
+    assert got == want
+    # A second resume on a 3 x 1 grid excludes the first run's items and adds its own.
+    second = [{"grid": [r, 3, 0, 1], "consumed": 5, "resumed_from": run, "epoch": 0} for r in range(3)]
+    got2 = delivered(sizes, {"epoch": 0, "streams": second}, **opts)
+    assert got < got2 and len(got2) == len(got) + 15
+
+
+@pytest.mark.parametrize("equalize", ["none", "pad", "drop"])
+def test_a_resume_on_as_many_ranks_keeps_each_rank_on_its_own_files(equalize):
+    # In step-locked training every rank has consumed as much as the others; its workers need not have.
+    rng = random.Random(7)
+    sizes = [rng.randint(1, 5000) for _ in range(203)]
+    opts = dict(shuffle=True, seed=2, equalize=equalize)
+    own = rank_shares(sizes, world_size=4, **opts)
+    run, got = stop(sizes, None, 4, 2, lambda r, w, n: [9, 4][w], opts)
+    left = rest(sizes, run, 4, opts)
+    for r in range(4):
+        assert set(left[r]) <= set(own[r])  # read from this node's cache: no file moved to another rank
+    assert len({len(share) for share in left}) == len({len(share) for share in own})
+    if equalize == "none":
+        assert Counter(got + [i for share in left for i in share]) == Counter(range(203))
+
+
+@pytest.mark.parametrize("equalize", ["pad", "drop"])
+def test_ranks_that_consumed_unequally_get_the_rest_dealt_again_evenly(equalize):
+    rng = random.Random(8)
+    sizes = [rng.randint(1, 5000) for _ in range(120)]
+    opts = dict(equalize=equalize)
+    run, got = stop(sizes, None, 3, 1, lambda r, w, n: [3, 10, 0][r], opts)
+    left = rest(sizes, run, 3, opts)
+    assert len({len(share) for share in left}) == 1  # equal counts: no rank waits at the end
+    assert not set(got) & {i for share in left for i in share}
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_chained_resumes_on_changing_grids_deliver_every_item_once(seed):
+    rng = random.Random(seed)
+    sizes = [rng.randint(1, 3000) for _ in range(rng.randint(1, 150))]
+    equalize = rng.choice(["none", "none", "pad", "drop"])
+    opts = dict(shuffle=rng.random() < 0.5, seed=seed, balance=rng.choice(["bytes", "stride"]), equalize=equalize)
+    run, got = None, []
+    for _ in range(rng.randint(1, 4)):
+        world, workers = rng.choice([1, 2, 3, 4]), rng.choice([1, 2, 3])
+        equal = rng.random() < 0.5  # step-locked ranks, or streams that stopped anywhere
+        take = rng.randint(0, 12)
+        run, level = stop(sizes, run, world, workers,
+                          lambda r, w, n: min(n, take if equal else rng.randint(0, 12)), opts)
+        got += level
+    assert delivered(sizes, run, **opts) == set(got)
+    world = rng.choice([1, 2, 3, 4])
+    left = [i for share in rest(sizes, run, world, opts) for i in share]
+    if equalize == "none":
+        assert Counter(got + left) == Counter(range(len(sizes)))
+    elif equalize == "drop":
+        assert max(Counter(got + left).values()) == 1  # leaves items out, never repeats one
+    else:
+        assert set(got + left) == set(range(len(sizes)))  # repeats items, never leaves one out
