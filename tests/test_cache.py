@@ -151,3 +151,16 @@ def test_a_cache_folder_of_another_user_is_refused(tmp_path):
         pytest.skip("needs root to give the folder away")
     with pytest.raises(OptionError, match="belongs to another user"):
         Cache(str(other))
+
+
+def test_a_large_file_arrives_whole_through_concurrent_ranges(volume, slowvol_so, tmp_path):
+    # 70 MiB: five 16 MiB ranges, each through its own open of the volume file.
+    data = os.urandom(1 << 20) * 70
+    volume.write("big/table.parquet", data)
+    trace = tmp_path / "trace"
+    code = ("import sys; from air_core import FileStream; "
+            "[print(f.local_path) for f in FileStream(sys.argv[1])]")
+    out = subprocess.run([sys.executable, "-c", code, volume.path("big")], env=slow_env(slowvol_so, volume, trace),
+                         capture_output=True, text=True, timeout=120, check=True).stdout.split()
+    assert Path(out[0]).read_bytes() == data
+    assert opens(trace)[str(volume.local("big/table.parquet"))] == 5
