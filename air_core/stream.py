@@ -86,8 +86,9 @@ def read_items(
         return retrying(once, vpath)
 
     def hit(i: int) -> CachedFile | None:
-        entry = cache.lookup(f"{root}/{paths[i]}", sizes[i], mtimes[i])
-        return None if entry is None else CachedFile(f"{root}/{paths[i]}", entry, sizes[i], i)
+        vpath = f"{root}/{paths[i]}"
+        entry = cache.lookup(vpath, sizes[i], mtimes[i])
+        return None if entry is None else CachedFile(vpath, entry, sizes[i], i)
 
     return ordered_map(fetch, ((i, sizes[i]) for i in items), threads=fetch_threads,
                        max_ahead=prefetch, max_bytes=prefetch_bytes, quick=hit)
