@@ -20,8 +20,23 @@ from .fetch import ordered_map, retrying
 from .manifest import Manifest, check_same, list_folder, shared_manifest
 
 DEFAULT_FETCH_THREADS = 64
+WORKER_FETCH_THREADS = 32
 DEFAULT_PREFETCH = 256
 DEFAULT_PREFETCH_BYTES = 512 << 20
+
+
+def default_fetch_threads(num_workers: int | None = None) -> int:
+    """Reads in flight per stream: 64 in a process of its own, 32 when several DataLoader workers share the cores.
+
+    Beyond that, a worker's fetch threads contend with its consumer and with
+    the other workers more than their reads overlap (2,000 files under the
+    emulated volume, 2 cores: 2 workers read 4,735 files/s at 32 threads each
+    and 3,430 at 64; 6 workers 4,746 and 2,417). `num_workers` defaults to the
+    DataLoader worker count detected now.
+    """
+    if num_workers is None:
+        num_workers = grid_mod.detect_worker()[1]
+    return WORKER_FETCH_THREADS if num_workers > 1 else DEFAULT_FETCH_THREADS
 
 
 class CachedFile(NamedTuple):
@@ -115,7 +130,7 @@ class FileStream:
         worker, num_workers: the DataLoader worker; detected when not given.
         cache_dir: the node cache folder (default: `air_core.cache.default_dir()`).
         cache_limit: cap on the cache's bytes; None for no cap.
-        fetch_threads: concurrent reads per stream.
+        fetch_threads: concurrent reads per stream (default: `default_fetch_threads()`).
         prefetch: most files fetched ahead of the consumer.
         prefetch_bytes: most bytes fetched ahead of the consumer.
         manifest: a listing to use instead of listing `path` (it must be of `path`).
@@ -137,7 +152,7 @@ class FileStream:
         num_workers: int | None = None,
         cache_dir: str | None = None,
         cache_limit: int | None = None,
-        fetch_threads: int = DEFAULT_FETCH_THREADS,
+        fetch_threads: int | None = None,
         prefetch: int = DEFAULT_PREFETCH,
         prefetch_bytes: int = DEFAULT_PREFETCH_BYTES,
         manifest: Manifest | None = None,
@@ -148,8 +163,9 @@ class FileStream:
             raise OptionError(f"equalize={equalize!r}: choose one of {plan_mod.EQUALIZES}")
         for name, value in (("fetch_threads", fetch_threads), ("prefetch", prefetch),
                             ("prefetch_bytes", prefetch_bytes)):
-            if not isinstance(value, int) or value < 1:
-                raise OptionError(f"{name}={value!r}: give a whole number >= 1")
+            if not (name == "fetch_threads" and value is None) and (not isinstance(value, int) or value < 1):
+                raise OptionError(f"{name}={value!r}: give a whole number >= 1"
+                                  + (", or None for the default" if name == "fetch_threads" else ""))
         self.path = volume.parse(path).path
         self._include, self._exclude_globs = include, exclude
         self._plan_opts = {"seed": seed, "shuffle": bool(shuffle), "balance": balance, "equalize": equalize}
@@ -220,7 +236,9 @@ class FileStream:
         resumed_from, skip = self._take_pending(grid)
         items = resume.plan(self.manifest.sizes, grid, resumed_from, epoch=self._epoch, **self._plan_opts)
         self._grid, self._consumed, self._resumed_from = grid, skip, resumed_from
-        for f in read_items(self.manifest, items[skip:], self.cache, **self._fetch):
+        fetch = dict(self._fetch)
+        fetch["fetch_threads"] = fetch["fetch_threads"] or default_fetch_threads(grid.num_workers)
+        for f in read_items(self.manifest, items[skip:], self.cache, **fetch):
             self._consumed += 1
             yield f
 

@@ -26,7 +26,7 @@ from air_core.errors import OptionError
 from air_core.grid import detect_rank
 from air_core.manifest import shared_manifest
 from air_core.plan import EQUALIZES
-from air_core.stream import DEFAULT_FETCH_THREADS
+from air_core.stream import default_fetch_threads
 
 from . import rows
 from .shards import file_shards, row_shards, shard_count
@@ -63,7 +63,8 @@ class UCVolumeConfig(datasets.BuilderConfig):
             `/local_disk0`, then a per-user temp folder). Not `cache_dir`: that one is
             `load_dataset`'s own, for the Arrow cache.
         node_cache_limit: cap on the node cache's bytes; None for no cap.
-        fetch_threads: concurrent reads from the volume per DataLoader worker.
+        fetch_threads: concurrent reads from the volume per DataLoader worker (default:
+            32 when there are several workers, else 64).
         delta_table: a Delta table to export to `data_dir` as Parquet and stream.
     """
 
@@ -79,7 +80,7 @@ class UCVolumeConfig(datasets.BuilderConfig):
     num_workers: Union[int, None] = None
     node_cache_dir: Union[str, None] = None
     node_cache_limit: Union[int, None] = None
-    fetch_threads: int = DEFAULT_FETCH_THREADS
+    fetch_threads: Union[int, None] = None
     delta_table: Union[str, None] = None
 
     def __post_init__(self) -> None:
@@ -98,7 +99,7 @@ class UCVolumeConfig(datasets.BuilderConfig):
             if not isinstance(getattr(self, name), bool):
                 raise OptionError(f"{name}={getattr(self, name)!r}: give True or False")
         for name, low, optional in (("seed", 0, False), ("world_size", 1, True), ("num_workers", 1, True),
-                                    ("fetch_threads", 1, False), ("node_cache_limit", 0, True)):
+                                    ("fetch_threads", 1, True), ("node_cache_limit", 0, True)):
             value = getattr(self, name)
             if not (optional and value is None) and (not _is_int(value) or value < low):
                 raise OptionError(f"{name}={value!r}: give a whole number >= {low}"
@@ -240,14 +241,15 @@ class UCVolume(datasets.ArrowBasedBuilder):
     def _generate_tables(self, shards: list) -> Iterator[tuple[int, pa.Table]]:
         c, manifest = self.config, self._source.manifest()
         cache = Cache(c.node_cache_dir, limit_bytes=c.node_cache_limit)
+        threads = c.fetch_threads or default_fetch_threads()
         if self._source.mode == "parquet":
             pieces = [piece for shard in shards for piece in shard]
-            yield from enumerate(tabular.read_units(manifest, pieces, cache, fetch_threads=c.fetch_threads))
+            yield from enumerate(tabular.read_units(manifest, pieces, cache, fetch_threads=threads))
             return
         items = [i for shard in shards for i in shard]
         features = self._source.features
         schema = features.arrow_schema
-        files = read_items(manifest, items, cache, fetch_threads=c.fetch_threads)
+        files = read_items(manifest, items, cache, fetch_threads=threads)
         for k in range(-(-len(items) // FILES_PER_TABLE)):
             yield k, rows.table(list(islice(files, FILES_PER_TABLE)), manifest, features, schema, c.decode,
                                 embed_media=self._embed_media)

@@ -3,6 +3,8 @@
 import json
 import pickle
 import random
+import threading
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -184,3 +186,24 @@ def test_ranks_without_a_process_group_compare_their_listings(volume, tmp_path):
     torchrun(Path(__file__).parent / "scripts" / "core_mismatch.py", 2, volume.path("d"), str(tmp_path))
     for r in range(2):
         assert "ranks listed different files" in (tmp_path / f"rank{r}.txt").read_text()
+
+
+@pytest.mark.parametrize(("num_workers", "threads"), [(1, 64), (2, 32), (6, 32)])
+def test_streams_of_several_dataloader_workers_read_with_fewer_threads_each(volume, num_workers, threads):
+    def fetching() -> int:
+        return sum(t.name == "air-fetch" for t in threading.enumerate())
+
+    def ended() -> None:
+        deadline = time.monotonic() + 10
+        while fetching() and time.monotonic() < deadline:
+            time.sleep(0.01)
+
+    volume.files("d", 6 * 80)
+    ended()
+    for fetch_threads, want in ((None, threads), (5, 5)):
+        it = iter(FileStream(volume.path("d"), worker=0, num_workers=num_workers, fetch_threads=fetch_threads,
+                             cache_dir=str(volume.root.parent / f"cache-{fetch_threads}")))
+        next(it)
+        assert fetching() == want
+        it.close()
+        ended()

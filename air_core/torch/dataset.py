@@ -8,7 +8,7 @@ import torch.utils.data
 
 from .. import plan as plan_mod
 from ..manifest import Manifest
-from ..stream import DEFAULT_FETCH_THREADS, DEFAULT_PREFETCH, DEFAULT_PREFETCH_BYTES, FileStream
+from ..stream import DEFAULT_PREFETCH, DEFAULT_PREFETCH_BYTES, FileStream
 
 
 @runtime_checkable
@@ -66,7 +66,8 @@ class UCVolumeDataset(torch.utils.data.IterableDataset):
         cache_dir: the node cache folder (default `$AIR_CACHE_DIR`, else
             `/local_disk0/...`, else a per-user temp folder).
         cache_limit: cap on the cache's bytes; None for no cap.
-        fetch_threads: files read concurrently by each worker.
+        fetch_threads: files read concurrently by each worker (default: 32 when there are
+            several workers, else 64; see `air_core.stream.default_fetch_threads`).
         prefetch: most files fetched ahead of the consumer, per worker.
         prefetch_bytes: most bytes fetched ahead of the consumer, per worker.
     """
@@ -83,7 +84,7 @@ class UCVolumeDataset(torch.utils.data.IterableDataset):
         equalize: plan_mod.Equalize = "none",
         cache_dir: str | None = None,
         cache_limit: int | None = None,
-        fetch_threads: int = DEFAULT_FETCH_THREADS,
+        fetch_threads: int | None = None,
         prefetch: int = DEFAULT_PREFETCH,
         prefetch_bytes: int = DEFAULT_PREFETCH_BYTES,
     ) -> None:
