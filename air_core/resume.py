@@ -2,7 +2,7 @@
 
 A run's state is
 
-    {"epoch": e, "fingerprint": ..., "plan": {...}, "resumed_from": <run state> or None,
+    {"version": 2, "epoch": e, "fingerprint": ..., "plan": {...}, "resumed_from": <run state> or None,
      "streams": [{"grid": [rank, world_size, worker, num_workers], "consumed": n}, ...]}
 
 Each stream delivered the first `consumed` items of its plan, and the plans of
@@ -26,6 +26,29 @@ from .errors import StateError
 from .grid import Grid
 from .plan import Balance, Equalize, rank_shares, worker_share
 
+# 2: a resume on as many ranks keeps each rank on its own share; version 1 dealt
+# the rest again, so its chained resumes would be read as other plans than ran.
+VERSION = 2
+
+
+def check_version(state: dict) -> None:
+    """Refuse a stream or run state whose resumes this version would plan otherwise.
+
+    A state without a version is from version 1: its plans match this
+    version's unless it resumes a resume.
+    """
+    version = state.get("version", 1)
+    if version == VERSION:
+        return
+    if version != 1:
+        raise StateError(f"state version {version!r} is not supported; this version reads {VERSION}")
+    chained = state.get("resumed_from") or any(s.get("resumed_from") for s in state.get("streams", ()))
+    if chained:
+        raise StateError(
+            "this state was saved by an earlier version, which planned resumed epochs differently, and it "
+            "resumes a resume: resume from the state it resumed (its 'resumed_from'), or start the epoch again"
+        )
+
 
 def run_state(states: Sequence[dict]) -> dict:
     """A whole run's state from every stream's `state_dict()`, for resuming on any grid.
@@ -38,14 +61,16 @@ def run_state(states: Sequence[dict]) -> dict:
     if not states:
         raise StateError("no stream states to gather: pass the state_dict() of every stream of the run")
     first = states[0]
+    for s in states:
+        check_version(s)
     for key in ("epoch", "fingerprint", "plan", "resumed_from"):
         if any(s[key] != first[key] for s in states):
             raise StateError(
                 f"the stream states differ in {key!r}: gather the state_dict() of every stream of one run, "
                 "at one point of one epoch"
             )
-    return {"epoch": first["epoch"], "fingerprint": first["fingerprint"], "plan": dict(first["plan"]),
-            "resumed_from": first["resumed_from"],
+    return {"version": VERSION, "epoch": first["epoch"], "fingerprint": first["fingerprint"],
+            "plan": dict(first["plan"]), "resumed_from": first["resumed_from"],
             "streams": [{"grid": list(s["grid"]), "consumed": s["consumed"]} for s in states]}
 
 

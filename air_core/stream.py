@@ -254,6 +254,7 @@ class FileStream:
         g = self._grid if pending is None and self._grid is not None else self.grid()
         consumed, before = (0, pending) if pending is not None else (self._consumed, self._resumed_from)
         return {
+            "version": resume.VERSION,
             "epoch": self._epoch,
             "fingerprint": self._fingerprint,
             "plan": dict(self._plan_opts),
@@ -283,6 +284,7 @@ class FileStream:
             )
         if "streams" in state and any(s.get("epoch", state["epoch"]) != state["epoch"] for s in state["streams"]):
             raise StateError("a run state's streams must all be from its epoch")
+        resume.check_version(state)
         self._pending = state
         self._epoch = state["epoch"]
 

@@ -207,3 +207,19 @@ def test_streams_of_several_dataloader_workers_read_with_fewer_threads_each(volu
         assert fetching() == want
         it.close()
         ended()
+
+
+def test_states_from_before_versions_resume_unless_they_resume_a_resume(volume):
+    volume.files("d", 30)
+    a = FileStream(volume.path("d"), rank=0, world_size=2)
+    it = iter(a)
+    first = [next(it).path for _ in range(4)]
+    old = {k: v for k, v in a.state_dict().items() if k != "version"}  # as the previous version saved it
+    b = FileStream(volume.path("d"), rank=0, world_size=2)
+    b.load_state_dict(old)
+    assert not set(first) & {f.path for f in b}
+    chained = {**old, "resumed_from": {k: v for k, v in run_state([a.state_dict()]).items() if k != "version"}}
+    with pytest.raises(StateError, match="resumes a resume"):
+        FileStream(volume.path("d"), rank=0, world_size=2).load_state_dict(chained)
+    with pytest.raises(StateError, match="version 9 is not supported"):
+        FileStream(volume.path("d"), rank=0, world_size=2).load_state_dict({**a.state_dict(), "version": 9})

@@ -2,7 +2,7 @@
 
 A run's progress is
 
-    {"epoch": e, "fingerprint": ..., "plan": {...},
+    {"version": 2, "epoch": e, "fingerprint": ..., "plan": {...},
      "resumed_from": <an earlier progress of epoch e> or None,
      "streams": [{"grid": [rank, world_size, worker, num_workers], "consumed": n}, ...]}
 
@@ -24,16 +24,15 @@ import json
 from typing import Any
 
 from ..errors import StateError
+from ..resume import VERSION
 
-# 2: a resume on as many ranks keeps each rank on its own files; version 1 dealt the rest again,
-# so its chained resumes would be read as other plans than the ones that ran.
-VERSION = 2
-_KEYS = ("epoch", "fingerprint", "plan", "resumed_from", "streams")
+_KEYS = ("version", "epoch", "fingerprint", "plan", "resumed_from", "streams")
 
 
 def fresh(epoch: int, fingerprint: str, plan: dict) -> dict[str, Any]:
     """The progress of a run about to start `epoch` with nothing delivered."""
-    return {"epoch": epoch, "fingerprint": fingerprint, "plan": dict(plan), "resumed_from": None, "streams": []}
+    return {"version": VERSION, "epoch": epoch, "fingerprint": fingerprint, "plan": dict(plan),
+            "resumed_from": None, "streams": []}
 
 
 def report(epoch: int, finished: bool, resumed_from: dict | None, streams: list[dict]) -> dict[str, Any]:
