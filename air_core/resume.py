@@ -34,15 +34,17 @@ VERSION = 2
 def check_version(state: dict) -> None:
     """Refuse a stream or run state whose resumes this version would plan otherwise.
 
-    A state without a version is from version 1: its plans match this
-    version's unless it resumes a resume.
+    A state without a version is from version 1 (unless it gathers stream
+    states of this version by hand): its plans match this version's unless it
+    resumes a resume.
     """
-    version = state.get("version", 1)
+    streams = state.get("streams", ())
+    version = state.get("version", VERSION if streams and all(s.get("version") == VERSION for s in streams) else 1)
     if version == VERSION:
         return
     if version != 1:
         raise StateError(f"state version {version!r} is not supported; this version reads {VERSION}")
-    chained = state.get("resumed_from") or any(s.get("resumed_from") for s in state.get("streams", ()))
+    chained = state.get("resumed_from") or any(s.get("resumed_from") for s in streams)
     if chained:
         raise StateError(
             "this state was saved by an earlier version, which planned resumed epochs differently, and it "

@@ -221,5 +221,10 @@ def test_states_from_before_versions_resume_unless_they_resume_a_resume(volume):
     chained = {**old, "resumed_from": {k: v for k, v in run_state([a.state_dict()]).items() if k != "version"}}
     with pytest.raises(StateError, match="resumes a resume"):
         FileStream(volume.path("d"), rank=0, world_size=2).load_state_dict(chained)
+    c = FileStream(volume.path("d"), rank=0, world_size=2)
+    c.load_state_dict(run_state([a.state_dict()]))
+    next(iter(c))
+    by_hand = {"epoch": 0, "fingerprint": old["fingerprint"], "plan": old["plan"], "streams": [c.state_dict()]}
+    FileStream(volume.path("d"), rank=0, world_size=2).load_state_dict(by_hand)  # streams of this version
     with pytest.raises(StateError, match="version 9 is not supported"):
         FileStream(volume.path("d"), rank=0, world_size=2).load_state_dict({**a.state_dict(), "version": 9})
