@@ -117,12 +117,16 @@ class _Planner:
     def __init__(self, sizes: Sequence[int], epoch: int, opts: dict) -> None:
         self.sizes, self.epoch, self.opts = sizes, epoch, opts
         self._shares: dict[tuple[int, int], list[list[int]]] = {}
+        self._streams: dict[tuple[int, Grid], list[int]] = {}
         self._delivered: dict[int, set[int]] = {}
 
     def stream(self, run: dict | None, grid: Grid) -> list[int]:
-        share = self.shares(run, grid.world_size)[grid.rank]
-        return worker_share(share, self.sizes, worker=grid.worker, num_workers=grid.num_workers,
-                            balance=self.opts["balance"])
+        key = (id(run), grid)
+        if key not in self._streams:  # asked twice per stream: for its rank's remainder and for the delivered set
+            share = self.shares(run, grid.world_size)[grid.rank]
+            self._streams[key] = worker_share(share, self.sizes, worker=grid.worker, num_workers=grid.num_workers,
+                                              balance=self.opts["balance"])
+        return self._streams[key]
 
     def shares(self, run: dict | None, world_size: int) -> list[list[int]]:
         """Every rank's items after resuming `run` on `world_size` ranks."""
@@ -158,7 +162,7 @@ class _Planner:
             out = set(self.delivered(shared)) if shared else set()
             for s in run["streams"]:
                 prior = s["resumed_from"] if "resumed_from" in s else shared
-                if prior:
+                if prior and prior is not shared:  # a stream that carries its own
                     out |= self.delivered(prior)
                 out.update(self.stream(prior, Grid(*s["grid"]))[: s["consumed"]])
             self._delivered[id(run)] = out
