@@ -54,6 +54,11 @@ class RowSlice:
         return self.stop - self.start
 
 
+def unit_of(piece: RowGroup | RowSlice) -> RowGroup:
+    """The row group a piece is, or lies in."""
+    return piece.unit if isinstance(piece, RowSlice) else piece
+
+
 def is_parquet_tree(manifest: Manifest) -> bool:
     """True if every file is `.parquet`, False if none is; a mix is an error."""
     flags = [p.lower().endswith(".parquet") for p in manifest.paths]
@@ -167,7 +172,7 @@ def read_units(
     full cache did not admit is read from memory. `local_root`: as in `read_items`.
     """
     pieces = list(pieces)
-    units = [p.unit if isinstance(p, RowSlice) else p for p in pieces]
+    units = [unit_of(p) for p in pieces]
     last = {u.file: k for k, u in enumerate(units)}  # a file leaves memory after its last piece
     fetched = read_items(manifest, list(last), cache, fetch_threads=fetch_threads, prefetch=prefetch,
                          prefetch_bytes=prefetch_bytes, local_root=local_root)
@@ -196,6 +201,7 @@ def read_units(
         yield table
     for pf in open_files.values():
         pf.close()
+
 
 def _open(f: CachedFile) -> pq.ParquetFile:
     try:

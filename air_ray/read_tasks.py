@@ -6,7 +6,7 @@ from dataclasses import replace
 from typing import Sequence
 
 from air_core.plan import snake
-from air_core.tabular import RowGroup, RowSlice
+from air_core.tabular import RowGroup, RowSlice, unit_of
 
 # A read task fetches its files on many threads at once; below this many files
 # a task costs more to schedule and to warm up than its reads take.
@@ -60,11 +60,6 @@ def localize(pieces: Sequence[RowGroup | RowSlice]) -> tuple[list[int], list[Row
         unit = replace(unit_of(p), file=position[unit_of(p).file])
         out.append(replace(p, unit=unit) if isinstance(p, RowSlice) else unit)
     return files, out
-
-
-def unit_of(piece: RowGroup | RowSlice) -> RowGroup:
-    """The row group a piece is, or lies in."""
-    return piece.unit if isinstance(piece, RowSlice) else piece
 
 
 def piece_bytes(piece: RowGroup | RowSlice) -> int:

@@ -19,9 +19,9 @@ from air_core.cache import Cache
 from air_core.errors import FetchError
 from air_core.manifest import Manifest
 from air_core.stream import DEFAULT_PREFETCH, CachedFile, read_items
-from air_core.tabular import RowGroup, RowSlice, read_units
+from air_core.tabular import RowGroup, RowSlice, read_units, unit_of
 
-from .read_tasks import BINARY_BYTES, binary_block_bytes, unit_of
+from .read_tasks import BINARY_BYTES, binary_block_bytes
 
 Row = tuple[str, int, int]  # (path relative to the root, size, mtime_ns)
 
