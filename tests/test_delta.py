@@ -63,13 +63,19 @@ def read_export(path: str) -> list[dict]:
 
 
 def tree_state(folder: Path) -> dict:
-    """(inode, mtime, size) of every entry under `folder`, links not followed, and of the folder itself."""
-    out = {".": os.lstat(folder)[1:9]}
+    """(inode, links, mtime, size) of `folder` and of every entry under it, links not followed.
+
+    Access times are left out: walking the tree to take this snapshot updates them.
+    """
+    def state(p) -> tuple:
+        st = os.lstat(p)
+        return st.st_ino, st.st_nlink, st.st_mtime_ns, st.st_size
+
+    out = {".": state(folder)}
     for root, dirs, files in os.walk(folder):
         for name in dirs + files:
             p = os.path.join(root, name)
-            st = os.lstat(p)
-            out[os.path.relpath(p, folder)] = (st.st_ino, st.st_mtime_ns, st.st_size)
+            out[os.path.relpath(p, folder)] = state(p)
     return out
 
 
