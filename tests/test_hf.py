@@ -104,7 +104,8 @@ def test_setup_of_2000_files_under_slowvol_is_fast(volume, slowvol_so, tmp_path)
            "SLOWVOL_OPEN_MS": "10", "SLOWVOL_LIST_MS": "20", "SLOWVOL_TRACE": str(trace)}
     out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True)
     seconds, shards = out.stdout.split()
-    assert float(seconds) <= 1.0 and int(shards) == 12
+    # Opening each file would take 20 s here; the margin over the ~0.1 s measured is for busy CI machines.
+    assert float(seconds) <= 5.0 and int(shards) == 12
     lines = trace.read_text().splitlines()
     assert sorted(lines) == sorted([f"list {volume.local('many')}"]
                                    + [f"list {volume.local(f'many/class{k}')}" for k in range(10)])
