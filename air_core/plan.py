@@ -40,6 +40,8 @@ def epoch_order(n: int, *, epoch: int, seed: int, shuffle: bool) -> list[int]:
 
 def snake(items: Sequence[int], sizes: Sequence[int], parts: int) -> list[list[int]]:
     """Deal `items` largest first to `parts` lists in snake order; each list keeps input order."""
+    if parts == 1:  # one rank, or one worker: the sort would deal everything to it
+        return [list(items)]
     rank_of = [0] * len(items)
     by_size = sorted(range(len(items)), key=lambda k: (-sizes[items[k]], items[k]))
     period = 2 * parts
