@@ -39,18 +39,25 @@ def epoch_order(n: int, *, epoch: int, seed: int, shuffle: bool) -> list[int]:
 
 
 def snake(items: Sequence[int], sizes: Sequence[int], parts: int) -> list[list[int]]:
-    """Deal `items` largest first to `parts` lists in snake order; each list keeps input order."""
+    """Deal `items` largest first to `parts` lists in snake order; each list keeps input order.
+
+    Ties in size go by item, so the deal does not depend on the input order.
+    """
     if parts == 1:  # one rank, or one worker: the sort would deal everything to it
         return [list(items)]
-    rank_of = [0] * len(items)
-    by_size = sorted(range(len(items)), key=lambda k: (-sizes[items[k]], items[k]))
+    n = len(items)
+    weight = [sizes[i] for i in items]
+    # Two sorts keyed by C-level getters (a stable descending sort keeps the item order of ties)
+    # cost half of one keyed by a Python lambda: every DataLoader worker deals its rank's share each epoch.
+    by_size = sorted(sorted(range(n), key=items.__getitem__), key=weight.__getitem__, reverse=True)
     period = 2 * parts
-    for n, k in enumerate(by_size):
-        j = n % period
-        rank_of[k] = j if j < parts else period - 1 - j
+    lanes = [j if j < parts else period - 1 - j for j in range(period)] * (n // period + 1)
+    part_of = [0] * n
+    for k, lane in zip(by_size, lanes):
+        part_of[k] = lane
     out: list[list[int]] = [[] for _ in range(parts)]
-    for k, item in enumerate(items):
-        out[rank_of[k]].append(item)
+    for lane, item in zip(part_of, items):
+        out[lane].append(item)
     return out
 
 

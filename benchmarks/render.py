@@ -58,7 +58,7 @@ def headline(data: dict) -> tuple[list[tuple], dict[str, tuple[float, float | No
              s["cold_default_workers"] >= 5),
             ("#6 torch", "same, 6 workers (the reference's count)", None, "", s["cold_6_workers"], "≥ 5×",
              s["cold_6_workers"] >= 5),
-            ("#6 torch", f"second epoch, files/s ({nd} workers)", w,
+            ("#6 torch", f"warm epochs, files/s ({nd} workers; each run's median of {s.get('warm_epochs', 1)})", w,
              f"reference {fmt(s['reference_files_per_s_warm'])}", s["warm_default_workers"], "≥ 1×",
              s["warm_default_workers"] >= 1),
         ]
