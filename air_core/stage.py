@@ -1,7 +1,8 @@
 """Copy a volume folder to local disk in parallel: the `find | xargs -P 256 cp --parents` recipe.
 
-Each file is written to a temp name and renamed, with the source's mtime, so
-a rerun skips what is already there and an interrupted run leaves no torn file.
+Each file is written to a hidden temp name (`.name.<pid>.part`, as rsync does)
+and renamed, with the source's mtime, so a rerun skips what is already there
+and an interrupted run leaves no torn file under a name a reader would take.
 """
 
 from __future__ import annotations
@@ -77,7 +78,8 @@ def stage(
 
 def _copy_one(manifest: Manifest, i: int, source: str, target: str) -> None:
     os.makedirs(os.path.dirname(target), exist_ok=True)
-    tmp = f"{target}.{os.getpid()}.part"
+    folder, name = os.path.split(target)
+    tmp = os.path.join(folder, f".{name}.{os.getpid()}.part")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
         copy_into(source, manifest.volume_path(i), manifest.sizes[i], manifest.mtimes[i], fd)

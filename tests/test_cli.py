@@ -1,8 +1,10 @@
 """The air-data command: demo and stage, run as a user runs them."""
 
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from air_core.stage import stage
@@ -35,6 +37,28 @@ def test_stage_copies_once_and_skips_what_is_there(volume, tmp_path):
     again = stage(volume.path("d"), str(dst))
     assert (again.copied, again.skipped) == (0, 25)
     assert not list(Path(dst).rglob("*.part"))
+
+
+def test_a_killed_stage_leaves_no_torn_file_under_a_visible_name(volume, slowvol_so, tmp_path):
+    data = os.urandom(3 << 20)
+    volume.write("d/big.bin", data)
+    volume.files("d/small", 5)
+    dst = tmp_path / "local"
+    env = {**os.environ, "LD_PRELOAD": slowvol_so, "SLOWVOL_PREFIX": str(volume.root) + "/", "SLOWVOL_MBPS": "1"}
+    proc = subprocess.Popen([*AIR_DATA, "stage", volume.path("d"), str(dst)], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 30
+    while not any(p.name.endswith(".part") and p.stat().st_size for p in dst.rglob("*")):
+        assert time.time() < deadline and proc.poll() is None, "the copy never started"
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    source = volume.local("d")
+    visible = [p for p in dst.rglob("*") if p.is_file() and not p.name.startswith(".")]
+    assert all(p.read_bytes() == (source / p.relative_to(dst)).read_bytes() for p in visible)
+    assert "big.bin" not in {p.name for p in visible}  # the torn copy hides as .big.bin.<pid>.part
+    again = stage(volume.path("d"), str(dst))
+    assert again.copied == 6 - len(visible) and (dst / "big.bin").read_bytes() == data
 
 
 def test_bad_input_is_one_clear_line(volume, tmp_path):
