@@ -28,7 +28,8 @@ whereas `dest` may move on to a newer export in between (file names are
 unique per export, so a stale listing of `dest` fails to open rather than
 mixing two versions). Exporters of one destination take turns under a file
 lock, and the second finds the version already exported. The destination's
-file system must support symbolic links.
+file system must support symbolic links: on one that refuses them, an export
+fails before it writes anything.
 """
 
 from __future__ import annotations
@@ -376,6 +377,7 @@ class _Dest:
             token = secrets.token_hex(6)
             tag = f"v{key['version']}-{token}" if key["version"] is not None else f"snapshot-{token}"
             folder = os.path.join(self.home, tag)
+            link = self._new_link(tag)  # before writing: a file system without links fails fast
             try:
                 write(folder, token)
             except BaseException:
@@ -387,18 +389,26 @@ class _Dest:
                       "exported_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
             with open(os.path.join(folder, MARKER), "w") as f:
                 json.dump(marker, f, indent=1)
-            self._swap(tag)
+            if os.path.isdir(self.link) and not os.path.islink(self.link):
+                os.rmdir(self.link)  # an empty folder the user made for the export
+            os.replace(link, self.link)
             self._sweep({tag, marker["previous"]})
             return self.result(marker, skipped=False)
         finally:
             lock.release()
 
-    def _swap(self, tag: str) -> None:
-        if os.path.isdir(self.link) and not os.path.islink(self.link):
-            os.rmdir(self.link)  # an empty folder the user made for the export
+    def _new_link(self, tag: str) -> str:
+        """A link to the export `tag` (not written yet), in the home, ready to be renamed onto `dest`."""
         tmp = os.path.join(self.home, f".link-{tag}")
-        os.symlink(f"{self.home_name}/{tag}", tmp)
-        os.replace(tmp, self.link)
+        try:
+            os.symlink(f"{self.home_name}/{tag}", tmp)
+        except OSError as e:
+            raise VolumePathError(
+                f"cannot export to {self.vp.path}: its file system refuses symbolic links ({e.strerror or e}), "
+                "and each export is published by swapping one; choose a destination on a file system that "
+                "supports them"
+            ) from None
+        return tmp
 
     def _sweep(self, keep: set) -> None:
         """Remove everything in the home but `keep`: older exports and leftovers of killed ones."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import os
 import signal
@@ -288,6 +289,20 @@ def test_bad_inputs_fail_clearly(volume, case):
     assert not volume.local("exports/b").exists() and not volume.local("tables/b/export").exists()
     assert not (volume.root / "main" / "ml" / "nope").exists()
     assert sorted(p.name for p in volume.local("exports").iterdir()) == ["afile", "occupied"]
+
+
+def test_a_file_system_without_links_fails_before_writing(volume, monkeypatch):
+    # Some FUSE mounts refuse symlink(2); none of this machine's file systems does, so refuse it here.
+    append(volume.local("tables/t"), rows(range(10), lambda i: "a"))
+
+    def refuse(*args, **kwargs):
+        raise OSError(errno.EPERM, "Operation not permitted")
+
+    monkeypatch.setattr(os, "symlink", refuse)
+    with pytest.raises(VolumePathError, match="its file system refuses symbolic links"):
+        export_delta(volume.path("tables/t"), volume.path("out/t"))
+    assert not volume.local("out/t").exists()
+    assert not list(volume.local("out").rglob("*.parquet"))
 
 
 def test_cli_exports_with_a_progress_bar(volume, capsys):
