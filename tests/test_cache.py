@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from air_core import Cache, FetchError, FileStream, OptionError
+from conftest import wait_for
 
 SCRIPT = Path(__file__).parent / "scripts" / "core_read_all.py"
 
@@ -66,10 +67,9 @@ def test_kill_during_fetch_never_serves_a_partial_file(volume, slowvol_so, tmp_p
     proc = subprocess.Popen([sys.executable, "-c", code, volume.path("big")],
                             env=slow_env(slowvol_so, volume, SLOWVOL_MBPS="1"))
     cache_objects = Path(os.environ["AIR_CACHE_DIR"]) / "objects"
-    deadline = time.time() + 30
-    while not any(p.name.endswith(".part") and p.stat().st_size for p in cache_objects.rglob("*")):
-        assert time.time() < deadline and proc.poll() is None, "the fetch never started"
-        time.sleep(0.05)
+    wait_for(lambda: proc.poll() is not None or any(p.name.endswith(".part") and p.stat().st_size
+                                                     for p in cache_objects.rglob("*")), 30, "the fetch to start")
+    assert proc.poll() is None, "the fetch ended before it could be killed"
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     served = [p for p in cache_objects.rglob("*") if p.is_file() and not p.name.startswith(".")]

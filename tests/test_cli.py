@@ -4,10 +4,10 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from air_core.stage import stage
+from conftest import wait_for
 
 AIR_DATA = [sys.executable, "-m", "air_core.cli"]
 
@@ -47,10 +47,9 @@ def test_a_killed_stage_leaves_no_torn_file_under_a_visible_name(volume, slowvol
     env = {**os.environ, "LD_PRELOAD": slowvol_so, "SLOWVOL_PREFIX": str(volume.root) + "/", "SLOWVOL_MBPS": "1"}
     proc = subprocess.Popen([*AIR_DATA, "stage", volume.path("d"), str(dst)], env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.time() + 30
-    while not any(p.name.endswith(".part") and p.stat().st_size for p in dst.rglob("*")):
-        assert time.time() < deadline and proc.poll() is None, "the copy never started"
-        time.sleep(0.05)
+    wait_for(lambda: proc.poll() is not None or any(p.name.endswith(".part") and p.stat().st_size
+                                                     for p in dst.rglob("*")), 30, "the copy to start")
+    assert proc.poll() is None, "the copy ended before it could be killed"
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     source = volume.local("d")

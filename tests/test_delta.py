@@ -10,7 +10,6 @@ import signal
 import struct
 import subprocess
 import sys
-import time
 import warnings
 from pathlib import Path
 
@@ -24,6 +23,7 @@ from air_core.cli_delta import add_export_delta_command
 from air_core.delta import MARKER, TableError, export_delta, layout
 from air_core.errors import OptionError, VolumePathError
 from air_core.manifest import list_folder
+from conftest import wait_for
 
 EXPORT = Path(__file__).parent / "scripts" / "delta_export.py"
 SCHEMA = pa.schema([("id", pa.int64()), ("x", pa.float64()), ("text", pa.string()), ("split", pa.string())])
@@ -191,14 +191,6 @@ def test_layout_sizes_row_groups_by_bytes():
     assert layout(None, rows_per_row_group=10) == (80, 10)
     with pytest.raises(OptionError, match="rows_per_file=10 is below rows_per_row_group=20"):
         layout(None, 10, 20)
-
-
-def wait_for(condition, timeout: float, what: str) -> None:
-    end = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > end:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
 
 
 def test_kill_9_mid_export_leaves_the_previous_export_served(volume, slowvol_so):
