@@ -62,7 +62,7 @@ _LOCK = ".lock"
 
 
 class TableError(AirError, ValueError):
-    """A table that cannot be exported: not a Delta table, or a version it does not have."""
+    """A table that cannot be exported: not a Delta table, a version it does not have, or unreadable data."""
 
 
 @dataclass(frozen=True)
@@ -127,7 +127,8 @@ def export_delta(
         table version with the same layout, in which case nothing was written.
 
     Raises:
-        TableError: not a Delta table, or a version it does not have.
+        TableError: not a Delta table, a version it does not have, or a data
+            file its log lists that is missing or unreadable.
         VolumePathError: `dest` is malformed, inside the table, something
             other than an earlier export, or not writable.
         OptionError: a size or version out of range.
@@ -148,7 +149,7 @@ def export_delta(
         key = {"engine": "deltalake", "table": identity, "table_id": dt.metadata().id, "version": dt.version(),
                "rows_per_file": files_per, "rows_per_row_group": group}
         write: Callable[[str, str], None] = lambda folder, token: _write_delta(
-            dt, folder, token, files_per, group, progress, logged_rows)
+            dt, identity, folder, token, files_per, group, progress, logged_rows)
     else:
         from . import spark_export
 
@@ -260,13 +261,14 @@ def _reader(dt) -> pa.RecordBatchReader:
     return dt.to_pyarrow_dataset(filesystem=pafs.SubTreeFileSystem(root, fs)).scanner().to_reader()
 
 
-def _write_delta(dt, folder: str, token: str, rows_per_file: int, rows_per_row_group: int,
+def _write_delta(dt, table: str, folder: str, token: str, rows_per_file: int, rows_per_row_group: int,
                  progress: bool, expected_rows: int | None) -> None:
     """Write the table's rows into `folder` (created), as part-<token>-<i>.parquet files."""
-    reader = _reader(dt)
+    reader = _unreadable_as_table_error(dt, table, lambda: _reader(dt))
     with tqdm(total=expected_rows, unit="rows", unit_scale=True, disable=not progress, desc="export") as bar:
         def counted():
-            for batch in reader:
+            batches = iter(reader)
+            while (batch := _unreadable_as_table_error(dt, table, lambda: next(batches, None))) is not None:
                 bar.update(batch.num_rows)
                 yield batch
 
@@ -278,6 +280,20 @@ def _write_delta(dt, folder: str, token: str, rows_per_file: int, rows_per_row_g
     if not _parquet_names(folder):  # an empty table still exports its schema
         os.makedirs(folder, exist_ok=True)
         pq.write_table(reader.schema.empty_table(), os.path.join(folder, f"part-{token}-0.parquet"))
+
+
+def _unreadable_as_table_error(dt, table: str, read: Callable[[], Any]) -> Any:
+    """`read()`, with a failure to read the table's data files raised as a `TableError` that says what to do."""
+    from deltalake.exceptions import DeltaError
+
+    try:
+        return read()
+    except (OSError, pa.ArrowException, DeltaError) as e:
+        raise TableError(
+            f"version {dt.version()} of {table} cannot be read: {_first_line(e)}. A data file its log "
+            "lists is missing or unreadable (removed by VACUUM or by hand?): export a later version, or "
+            "restore the file"
+        ) from None
 
 
 # -- publication --------------------------------------------------------------------------------------
@@ -382,6 +398,7 @@ class _Dest:
                 write(folder, token)
             except BaseException:
                 shutil.rmtree(folder, ignore_errors=True)
+                os.unlink(link)
                 raise
             files = _parquet_names(folder)
             marker = {"format": 1, "key": key, "tag": tag, "previous": current["tag"] if current else None,

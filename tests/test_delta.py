@@ -283,6 +283,18 @@ def test_bad_inputs_fail_clearly(volume, case):
     assert sorted(p.name for p in volume.local("exports").iterdir()) == ["afile", "occupied"]
 
 
+def test_a_data_file_gone_from_the_table_is_a_clear_error_and_leaves_nothing(volume):
+    table_dir = volume.local("tables/v")
+    append(table_dir, rows(range(10), lambda i: "a"))
+    append(table_dir, rows(range(10, 20), lambda i: "b"))
+    os.unlink(sorted(table_dir.rglob("*.parquet"))[0])  # as a VACUUM or a hand would
+    with pytest.raises(TableError, match=r"version 1 of /Volumes/main/ml/raw/tables/v cannot be read: .*"
+                                         r"export a later version, or restore the file"):
+        export_delta(volume.path("tables/v"), volume.path("out/v"))
+    assert not volume.local("out/v").exists()
+    assert [p.name for p in volume.local("out/.v.exports").iterdir()] == [".lock"]
+
+
 def test_a_file_system_without_links_fails_before_writing(volume, monkeypatch):
     # Some FUSE mounts refuse symlink(2); none of this machine's file systems does, so refuse it here.
     append(volume.local("tables/t"), rows(range(10), lambda i: "a"))
