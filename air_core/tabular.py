@@ -85,23 +85,53 @@ def partition_values(rel_path: str) -> dict[str, str]:
 
 
 def parquet_units(manifest: Manifest, *, threads: int = FOOTER_THREADS) -> list[RowGroup]:
-    """Every row group of every file, in manifest order; footers read concurrently."""
+    """Every row group of every file, in manifest order; footers read concurrently.
+
+    Raises `ParquetError` when a file is unreadable, or when the files do not
+    share one schema: readers would otherwise fail mid-pass, or mix types.
+    """
     local_root = volume.parse(manifest.root).local
 
-    def footer(i: int) -> list[RowGroup]:
+    def footer(i: int) -> tuple[dict[str, str], list[RowGroup]]:
         try:
             md = pq.read_metadata(f"{local_root}/{manifest.paths[i]}")
+            columns = _column_types(md.schema.to_arrow_schema())
         except (pa.ArrowException, OSError) as e:
             raise ParquetError(
                 f"{manifest.volume_path(i)} is not a readable Parquet file ({e}); remove or replace it, "
                 "or leave it out with exclude="
             ) from e
-        return [RowGroup(i, g, md.row_group(g).num_rows, md.row_group(g).total_byte_size)
-                for g in range(md.num_row_groups)]
+        return columns, [RowGroup(i, g, md.row_group(g).num_rows, md.row_group(g).total_byte_size)
+                         for g in range(md.num_row_groups)]
 
-    groups = ordered_map(footer, ((i, 0) for i in range(len(manifest))), threads=threads,
-                         max_ahead=4 * threads, max_bytes=1 << 62)
-    return [u for g in groups for u in g]
+    footers = ordered_map(footer, ((i, 0) for i in range(len(manifest))), threads=threads,
+                          max_ahead=4 * threads, max_bytes=1 << 62)
+    units: list[RowGroup] = []
+    first: dict[str, str] | None = None
+    for i, (columns, groups) in enumerate(footers):
+        if first is None:
+            first = columns
+        elif columns != first:
+            raise ParquetError(
+                f"{manifest.volume_path(i)} and {manifest.volume_path(0)} have different columns "
+                f"({_difference(columns, first)}): the files of a Parquet tree must share one schema; "
+                "select the files of one schema with include=/exclude=, or rewrite the others to it"
+            )
+        units += groups
+    return units
+
+
+def _column_types(schema: pa.Schema) -> dict[str, str]:
+    # Nullability is left out: writers differ in it (nested fields above all), and readers do not mind.
+    return {f.name: str(f.type).replace(" not null", "") for f in schema}
+
+
+def _difference(these: dict[str, str], those: dict[str, str]) -> str:
+    """How the columns of the first file differ from the second's, e.g. "id: string vs int64; no 'x'"."""
+    out = [f"{n}: {t} vs {those[n]}" for n, t in these.items() if n in those and those[n] != t]
+    out += [f"extra {n!r}" for n in these if n not in those]
+    out += [f"no {n!r}" for n in those if n not in these]
+    return "; ".join(out)
 
 
 def schema(manifest: Manifest, units: Sequence[RowGroup]) -> pa.Schema:

@@ -328,6 +328,10 @@ def test_bad_inputs_fail_clearly(volume, hf_cache):
     volume.write("corrupt0/a.parquet", b"garbage")
     with pytest.raises(ParquetError, match="a.parquet is not a readable Parquet file"):
         load(volume, hf_cache, "corrupt0")
+    write_parquet(volume, "schemas/a.parquet", range(3))
+    pq.write_table(pa.table({"id": ["three"]}), volume.local("schemas/b.parquet"))
+    with pytest.raises(ParquetError, match="b.parquet and .*a.parquet have different columns"):
+        load(volume, hf_cache, "schemas")
 
 
 def test_demo_section(volume, capsys):

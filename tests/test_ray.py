@@ -207,6 +207,12 @@ def _corrupt(volume):
     return volume.path("t"), {}
 
 
+def _two_schemas(volume):
+    write_table(volume, "t")
+    pq.write_table(pa.table({"id": ["nine"]}), volume.local("t/split=train/part-9.parquet"))
+    return volume.path("t"), {}
+
+
 @pytest.mark.parametrize("case, error, words", [
     (lambda v: (v.path("missing"), {}), VolumePathError, "does not exist"),
     (lambda v: ("/tmp/not/a/volume", {}), VolumePathError, "/Volumes/<catalog>"),
@@ -221,9 +227,10 @@ def _corrupt(volume):
     (lambda v: (v.files("d", 2) and v.path("d"), {"mode": "parquet"}), OptionError, "file_extensions"),
     (_mixed, OptionError, "mixes Parquet files"),
     (_corrupt, ParquetError, "part-9.parquet is not a readable Parquet file"),
+    (_two_schemas, ParquetError, "part-9.parquet and"),
 ], ids=["missing", "not-a-volume", "empty", "unknown-option", "unknown-ray-option", "no-extension-match",
         "bad-shuffle", "bad-mode", "rank-out-of-range", "rank-without-files", "parquet-mode-on-files",
-        "mixed-tree", "corrupt-parquet"])
+        "mixed-tree", "corrupt-parquet", "two-schemas"])
 def test_bad_input_fails_clearly_on_the_driver(volume, case, error, words):
     path, options = case(volume)
     with pytest.raises(error, match=None) as e:

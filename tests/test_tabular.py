@@ -5,9 +5,10 @@ import tracemalloc
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 
 from air_core import Cache, list_folder
-from air_core.tabular import parquet_units, read_units
+from air_core.tabular import ParquetError, parquet_units, read_units
 
 
 def test_files_streamed_past_a_full_cache_leave_memory_once_their_row_groups_are_read(volume, tmp_path):
@@ -28,3 +29,22 @@ def test_files_streamed_past_a_full_cache_leave_memory_once_their_row_groups_are
         tracemalloc.stop()
     assert rows == 48 and cache.stats.not_admitted == 12
     assert peak < 6 * mb  # a pass holds a few files, not all 12
+
+
+def test_files_of_different_schemas_are_refused_by_name(volume):
+    def write(rel, table):
+        volume.local(rel).parent.mkdir(parents=True, exist_ok=True)
+        pq.write_table(table, volume.local(rel))
+
+    ids = pa.array([1, 2], pa.int64())
+    write("ok/a.parquet", pa.table({"id": ids, "tags": pa.array([[1], [2]], pa.list_(pa.int64()))}))
+    strict = pa.list_(pa.field("item", pa.int64(), nullable=False))  # another writer's nullability
+    write("ok/b.parquet", pa.Table.from_arrays([pa.array([[3], [4]], strict), ids],
+                                               schema=pa.schema([pa.field("tags", strict), pa.field("id", pa.int64())])))
+    assert len(parquet_units(list_folder(volume.path("ok")))) == 2  # column order and nullability may differ
+
+    write("bad/a.parquet", pa.table({"id": ids, "x": [0.5, 1.5]}))
+    write("bad/b.parquet", pa.table({"id": ["x", "y"], "y": [1, 2]}))
+    with pytest.raises(ParquetError, match=r"bad/b\.parquet and .*bad/a\.parquet have different columns "
+                                           r"\(id: string vs int64; extra 'y'; no 'x'\).*include=/exclude="):
+        parquet_units(list_folder(volume.path("bad")))
