@@ -143,6 +143,7 @@ class Source:
                                   "the tables' rows; pass mode='files' to read Parquet files as files")
             features = datasets.Features.from_arrow_schema(_parquet_schema(manifest))
         else:
+            rows.check_media(manifest, config.decode)
             features = rows.features(config.decode, rows.label_names(manifest) if config.labels else None)
         cache = Cache(config.node_cache_dir, limit_bytes=config.node_cache_limit)
         return cls(_save(manifest, cache.root), manifest.fingerprint, mode, features)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+from collections import Counter
 from typing import Sequence
 
 import datasets
@@ -22,6 +24,28 @@ def label_names(manifest: Manifest) -> list[str]:
             "lies in no class folder: put every file under a folder named for its class"
         )
     return sorted({_parent(p) for p in manifest.paths})
+
+
+def check_media(manifest: Manifest, decode: str) -> None:
+    """Refuse decode='image' / 'audio' over files whose extension is not one imagefolder / audiofolder reads.
+
+    Found now, by name, rather than by the decoder at the first such row, mid-pass.
+    """
+    if decode not in ("image", "audio"):
+        return
+    from datasets.packaged_modules.audiofolder.audiofolder import AudioFolder
+    from datasets.packaged_modules.imagefolder.imagefolder import ImageFolder
+
+    known = {e.lower() for e in (ImageFolder if decode == "image" else AudioFolder).EXTENSIONS}
+    others = [p for p in manifest.paths if os.path.splitext(p)[1].lower() not in known]
+    if others:
+        ext = Counter(os.path.splitext(p)[1] for p in others).most_common(1)[0][0]
+        hint = f"exclude='*{ext}'" if ext else "exclude="
+        raise OptionError(
+            f"decode={decode!r} reads {decode} files, but {len(others)} of the {len(manifest)} files under "
+            f"{manifest.root} {'is' if len(others) == 1 else 'are'} not, by their extension (e.g. {', '.join(others[:3])}): leave them out with "
+            f"{hint}, or read every file with decode='bytes'"
+        )
 
 
 def features(decode: str, labels: Sequence[str] | None) -> datasets.Features:

@@ -312,6 +312,9 @@ def test_bad_inputs_fail_clearly(volume, hf_cache):
     volume.write("loose/a.bin", b"a")
     with pytest.raises(OptionError, match="lies in no class folder"):
         load(volume, hf_cache, "loose", labels=True)
+    with pytest.raises(OptionError, match=r"decode='image' reads image files, but 4 of the 4 files .* "
+                                          r"\(e\.g\. class0/f00000\.bin, .*exclude='\*\.bin'"):
+        load(volume, hf_cache, "many", decode="image")
 
     write_parquet(volume, "mixed/a.parquet", range(3))
     volume.write("mixed/notes.txt", "hi")
