@@ -15,7 +15,7 @@ import torch
 from conftest import ROOT, torchrun
 from torch.utils.data import IterableDataset
 
-from air_core import StateError
+from air_core import StateError, VolumePathError
 from air_core.torch import DataLoader, UCVolumeDataset, UCVolumeReader, UCVolumeWriter
 from air_core.torch import state as state_mod
 
@@ -345,6 +345,10 @@ def test_dcp_overwrite_and_torch_save_on_a_volume(volume):
     assert target["w"].tolist() == [2.0, 2.0, 2.0]
     assert sorted(os.listdir(volume.local("ckpt/latest"))) == [".metadata", "__0_0.distcp"]
     assert UCVolumeWriter.validate_checkpoint_id(path) and not UCVolumeReader.validate_checkpoint_id("/tmp/x")
+    with pytest.raises(VolumePathError, match="ckpt/nope does not exist"):
+        UCVolumeReader(volume.path("ckpt/nope"))
+    with pytest.raises(VolumePathError, match=r"ckpt holds no checkpoint \(no \.metadata file\)"):
+        UCVolumeReader(volume.path("ckpt"))
 
     # the recipe in air_core.torch.checkpoint's docs
     torch.save({"w": torch.ones(2)}, volumes.parse(volume.path("ckpt/model.pt")).local)

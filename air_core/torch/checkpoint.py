@@ -165,7 +165,19 @@ class UCVolumeReader(FileSystemReader):
         super().__init__(path, **kwargs)
         self.fs = _VolumeFileSystem()
         self.path = self.fs.init_path(path)
+        _check_checkpoint(str(self.path))
 
     @classmethod
     def validate_checkpoint_id(cls, checkpoint_id: str | os.PathLike) -> bool:
         return _VolumeFileSystem.validate_checkpoint_id(checkpoint_id)
+
+
+def _check_checkpoint(path: str) -> None:
+    """Refuse a folder that holds no finished checkpoint now, not from inside `dcp.load`'s collectives."""
+    local = volume.parse(path).local
+    if not os.path.isdir(local):
+        raise VolumePathError(f"{path} does not exist: give the folder that dcp.save(..., "
+                              "storage_writer=UCVolumeWriter(folder)) wrote")
+    if not any(n.endswith(".metadata") for n in os.listdir(local)):
+        raise VolumePathError(f"{path} holds no checkpoint (no .metadata file): give the folder that dcp.save "
+                              "wrote, after the save has finished (the writer publishes .metadata last)")
