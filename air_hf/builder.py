@@ -66,6 +66,8 @@ class UCVolumeConfig(datasets.BuilderConfig):
         fetch_threads: concurrent reads from the volume per DataLoader worker (default:
             32 when there are several workers, else 64).
         delta_table: a Delta table to export to `data_dir` as Parquet and stream.
+        columns: Parquet mode: the columns to read, as `load_dataset("parquet", columns=...)`;
+            the others are never decoded.
     """
 
     include: Union[str, list, None] = None
@@ -82,6 +84,7 @@ class UCVolumeConfig(datasets.BuilderConfig):
     node_cache_limit: Union[int, None] = None
     fetch_threads: Union[int, None] = None
     delta_table: Union[str, None] = None
+    columns: Union[list, None] = None
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -104,6 +107,9 @@ class UCVolumeConfig(datasets.BuilderConfig):
             if not (optional and value is None) and (not _is_int(value) or value < low):
                 raise OptionError(f"{name}={value!r}: give a whole number >= {low}"
                                   + (", or None" if optional else ""))
+        if self.columns is not None and (not isinstance(self.columns, (list, tuple)) or not self.columns
+                                         or not all(isinstance(c, str) for c in self.columns)):
+            raise OptionError(f"columns={self.columns!r}: give a non-empty list of column names")
         if self.delta_table and self.mode == "files":
             raise OptionError("delta_table= exports Parquet: leave mode unset or give mode='parquet'")
 
@@ -141,8 +147,16 @@ class Source:
             if config.decode != "path" or config.labels:
                 raise OptionError("decode= and labels= apply to files mode: the Parquet mode's rows are "
                                   "the tables' rows; pass mode='files' to read Parquet files as files")
-            features = datasets.Features.from_arrow_schema(_parquet_schema(manifest))
+            schema = _parquet_schema(manifest)
+            if config.columns is not None:
+                if any(c not in schema.names for c in config.columns):
+                    raise OptionError(f"columns={config.columns!r}: the tables' columns are {schema.names}")
+                schema = pa.schema([schema.field(c) for c in config.columns])
+            features = datasets.Features.from_arrow_schema(schema)
         else:
+            if config.columns is not None:
+                raise OptionError("columns= applies to Parquet mode: a row per file has the columns "
+                                  "path, local_path, size and what decode= adds")
             rows.check_media(manifest, config.decode)
             features = rows.features(config.decode, rows.label_names(manifest) if config.labels else None)
         cache = Cache(config.node_cache_dir, limit_bytes=config.node_cache_limit)
@@ -245,7 +259,9 @@ class UCVolume(datasets.ArrowBasedBuilder):
         threads = c.fetch_threads or default_fetch_threads()
         if self._source.mode == "parquet":
             pieces = [piece for shard in shards for piece in shard]
-            yield from enumerate(tabular.read_units(manifest, pieces, cache, fetch_threads=threads))
+            tables = tabular.read_units(manifest, pieces, cache, columns=c.columns, fetch_threads=threads)
+            names = list(self._source.features)
+            yield from enumerate(t.select(names) for t in tables)
             return
         items = [i for shard in shards for i in shard]
         features = self._source.features

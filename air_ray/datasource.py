@@ -293,6 +293,7 @@ def read_uc_volume(
     num_cpus: float | None = None,
     num_gpus: float | None = None,
     memory: float | None = None,
+    columns: Sequence[str] | None = None,
     **options: Any,
 ) -> Dataset:
     """A Ray Dataset of the files, or Parquet rows, under a volume folder.
@@ -300,6 +301,10 @@ def read_uc_volume(
     `options` are `UCVolumeDatasource`'s (mode, include_bytes, rank,
     world_size, equalize, shuffle, ...); the rest are Ray's `read_*`
     arguments of the same names. Bad options and paths raise here, on the driver.
+
+    `columns`, as in `read_parquet`: the columns to keep, in this order. In
+    Parquet mode only those are decoded (it is `select_columns`, which Ray
+    pushes down into the read).
 
     `override_num_blocks` defaults to one read task per CPU of the cluster.
     Ray's own default asks for at least 200 blocks and cuts a small volume's
@@ -312,16 +317,21 @@ def read_uc_volume(
         >>> ds = read_uc_volume("/Volumes/main/ml/raw/images", include_bytes=True)  # doctest: +SKIP
         >>> ds.map_batches(decode).iter_torch_batches(batch_size=64)  # doctest: +SKIP
     """
-    ray_args = ("override_num_blocks", "concurrency", "num_cpus", "num_gpus", "memory")
+    ray_args = ("override_num_blocks", "concurrency", "num_cpus", "num_gpus", "memory", "columns")
     reject_unknown({k: v for k, v in options.items() if k not in datasource_options()},
                    datasource_options() + ray_args)
     if override_num_blocks is not None and (not isinstance(override_num_blocks, int) or override_num_blocks < 1):
         raise OptionError(f"override_num_blocks={override_num_blocks!r}: give a whole number >= 1")
     source = UCVolumeDatasource(path, **options)
-    return ray.data.read_datasource(
+    if columns is not None:
+        names = source.schema().names
+        if isinstance(columns, str) or not columns or any(c not in names for c in columns):
+            raise OptionError(f"columns={columns!r}: give a non-empty list of the rows' columns, {names}")
+    ds = ray.data.read_datasource(
         source, override_num_blocks=override_num_blocks or _default_num_blocks(), concurrency=concurrency,
         num_cpus=num_cpus, num_gpus=num_gpus, memory=memory,
     )
+    return ds if columns is None else ds.select_columns(list(columns))
 
 
 def _default_num_blocks() -> int:

@@ -274,6 +274,10 @@ def test_parquet_rows_with_partition_columns(volume, hf_cache):
     assert counts == [42, 42]
     table = load(volume, hf_cache, "tab", streaming=False)
     assert sorted(table["id"]) == list(range(85)) and set(table["split"]) == {"train", "test"}
+    picked = load(volume, hf_cache, "tab", columns=["split", "id"])
+    assert list(picked.features) == ["split", "id"]
+    assert sorted((r["id"], r["split"]) for r in picked) == [(r["id"], r["split"]) for r in rows]
+    assert list(next(iter(picked))) == ["split", "id"]
 
 
 def test_delta_table_exported_then_streamed(volume, hf_cache):
@@ -323,6 +327,12 @@ def test_bad_inputs_fail_clearly(volume, hf_cache):
     assert len(list(load(volume, hf_cache, "mixed", mode="files"))) == 2
     with pytest.raises(OptionError, match="apply to files mode"):
         load(volume, hf_cache, "mixed", mode="parquet", include="*.parquet", decode="bytes")
+    with pytest.raises(OptionError, match=r"columns=\['nope'\]: the tables' columns are \['id', 'x'\]"):
+        load(volume, hf_cache, "mixed", include="*.parquet", columns=["nope"])
+    with pytest.raises(OptionError, match="columns= applies to Parquet mode"):
+        load(volume, hf_cache, "mixed", mode="files", columns=["id"])
+    with pytest.raises(OptionError, match="columns='id': give a non-empty list"):
+        load(volume, hf_cache, "mixed", include="*.parquet", columns="id")
 
     write_parquet(volume, "corrupt/a.parquet", range(3))
     volume.write("corrupt/b.parquet", b"PAR1 not really")

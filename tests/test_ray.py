@@ -178,6 +178,9 @@ def test_parquet_rows_keep_partition_columns_and_counts_are_exact(volume, ray_cl
     assert sorted(ds.take_all(), key=lambda r: r["id"]) == expected
     picked = ds.select_columns(["split", "id"]).take(3)
     assert all(list(r) == ["split", "id"] for r in picked)
+    projected = read_uc_volume(volume.path("t"), columns=["split", "id"])
+    assert projected.schema().names == ["split", "id"]
+    assert sorted((r["id"], r["split"]) for r in projected.take_all()) == [(r["id"], r["split"]) for r in expected]
     with_paths = read_uc_volume(volume.path("t"), include_paths=True).take(1)[0]
     assert with_paths["path"].startswith(volume.path("t/split="))
 
@@ -228,9 +231,11 @@ def _two_schemas(volume):
     (_mixed, OptionError, "mixes Parquet files"),
     (_corrupt, ParquetError, "part-9.parquet is not a readable Parquet file"),
     (_two_schemas, ParquetError, "part-9.parquet and"),
+    (lambda v: (write_table(v, "t") and v.path("t"), {"columns": ["id", "nope"]}), OptionError,
+     "the rows' columns, ['id', 'text', 'split']"),
 ], ids=["missing", "not-a-volume", "empty", "unknown-option", "unknown-ray-option", "no-extension-match",
         "bad-shuffle", "bad-mode", "rank-out-of-range", "rank-without-files", "parquet-mode-on-files",
-        "mixed-tree", "corrupt-parquet", "two-schemas"])
+        "mixed-tree", "corrupt-parquet", "two-schemas", "unknown-column"])
 def test_bad_input_fails_clearly_on_the_driver(volume, case, error, words):
     path, options = case(volume)
     with pytest.raises(error, match=None) as e:
