@@ -30,6 +30,7 @@ from air_core.stream import default_fetch_threads
 
 from . import rows
 from .shards import file_shards, row_shards, shard_count
+from .splits import by_split
 
 MODES = ("auto", "files", "parquet")
 FILES_PER_TABLE = 64
@@ -236,15 +237,22 @@ class UCVolume(datasets.ArrowBasedBuilder):
     def _split_generators(self, dl_manager) -> list[datasets.SplitGenerator]:
         c, manifest = self.config, self._source.manifest()
         world_size = c.world_size or detect_rank()[1]
-        if self._source.mode == "files":
-            n = shard_count(len(manifest), world_size=world_size, num_workers=c.num_workers)
-            shards = file_shards(manifest.sizes, n, seed=c.seed, shuffle=c.shuffle, equalize=c.equalize)
-        else:
-            units = tabular.parquet_units(manifest)
-            n = shard_count(len(units), world_size=world_size, num_workers=c.num_workers)
-            shards = row_shards(units, n, seed=c.seed, shuffle=c.shuffle, equalize=c.equalize)
-        # A list in gen_kwargs is what datasets shards over: one element per shard.
-        return [datasets.SplitGenerator(name=datasets.Split.TRAIN, gen_kwargs={"shards": shards})]
+        units = tabular.parquet_units(manifest) if self._source.mode == "parquet" else None
+        generators = []
+        for split, files in by_split(manifest.paths).items():
+            if units is None:
+                n = shard_count(len(files), world_size=world_size, num_workers=c.num_workers)
+                dealt = file_shards([manifest.sizes[i] for i in files], n, seed=c.seed, shuffle=c.shuffle,
+                                    equalize=c.equalize)
+                shards: list = [[files[k] for k in shard] for shard in dealt]
+            else:
+                member = set(files)
+                mine = [u for u in units if u.file in member]
+                n = shard_count(len(mine), world_size=world_size, num_workers=c.num_workers)
+                shards = row_shards(mine, n, seed=c.seed, shuffle=c.shuffle, equalize=c.equalize)
+            # A list in gen_kwargs is what datasets shards over: one element per shard.
+            generators.append(datasets.SplitGenerator(name=split, gen_kwargs={"shards": shards}))
+        return generators
 
     def _prepare_split(self, split_generator, **kwargs):
         # A non-streaming load writes the rows into datasets' Arrow cache, which outlives the

@@ -30,8 +30,8 @@ def hf_cache(tmp_path):
 
 
 def load(volume, hf_cache, folder, **options):
-    streaming = options.pop("streaming", True)
-    return load_dataset("uc-volume", data_dir=volume.path(folder), split="train", streaming=streaming,
+    streaming, split = options.pop("streaming", True), options.pop("split", "train")
+    return load_dataset("uc-volume", data_dir=volume.path(folder), split=split, streaming=streaming,
                         cache_dir=hf_cache, **options)
 
 
@@ -278,6 +278,40 @@ def test_parquet_rows_with_partition_columns(volume, hf_cache):
     assert list(picked.features) == ["split", "id"]
     assert sorted((r["id"], r["split"]) for r in picked) == [(r["id"], r["split"]) for r in rows]
     assert list(next(iter(picked))) == ["split", "id"]
+
+
+def test_splits_come_from_split_folders_or_hub_shard_names():
+    from air_hf.splits import by_split
+
+    assert by_split(["a.bin", "c_test.bin", "runs/eval-3/x.bin"]) == {"train": [0, 1, 2]}  # no keyword guessing
+    layout = ["test/cat/1.jpg", "train/cat/2.jpg", "valid/dog/3.jpg", "dev/dog/4.jpg", "train/dog/5.jpg"]
+    assert by_split(layout) == {"train": [1, 4], "validation": [2, 3], "test": [0]}
+    hub = ["data/test-00000-of-00001.parquet", "data/train-00000-of-00002.parquet",
+           "data/train-00001-of-00002.parquet", "data/extra.v2-00000-of-00001.parquet"]
+    assert by_split(hub) == {"train": [1, 2], "test": [0], "extra.v2": [3]}
+    with pytest.raises(OptionError, match=r"top-level folders named for splits .* 1 file\(s\) are in none of "
+                                          r"them, e.g\. README\.md: leave them out with exclude="):
+        by_split(["train/a.jpg", "README.md"])
+
+
+def test_split_folders_are_splits_and_each_reads_only_its_files(volume, hf_cache):
+    for split, n in (("train", 6), ("test", 3)):
+        for i in range(n):
+            volume.write(f"sp/{split}/{'cat' if i % 2 else 'dog'}/{split}{i}.bin", f"{split} {i}")
+    train = load(volume, hf_cache, "sp", labels=True)
+    assert sorted(r["path"].rsplit("/", 1)[1] for r in train) == [f"train{i}.bin" for i in range(6)]
+    assert train.features["label"].names == ["cat", "dog"]
+    both = load_dataset("uc-volume", data_dir=volume.path("sp"), streaming=True, cache_dir=hf_cache)
+    assert list(both) == ["train", "test"]
+    assert sorted(r["path"].rsplit("/", 1)[1] for r in both["test"]) == [f"test{i}.bin" for i in range(3)]
+    arrow = load_dataset("uc-volume", data_dir=volume.path("sp"), cache_dir=hf_cache)
+    assert {k: v.num_rows for k, v in arrow.items()} == {"train": 6, "test": 3}
+
+    write_parquet(volume, "hub/data/train-00000-of-00002.parquet", range(0, 30))
+    write_parquet(volume, "hub/data/train-00001-of-00002.parquet", range(30, 50))
+    write_parquet(volume, "hub/data/test-00000-of-00001.parquet", range(50, 60))
+    assert sorted(r["id"] for r in load(volume, hf_cache, "hub")) == list(range(50))
+    assert sorted(r["id"] for r in load(volume, hf_cache, "hub", split="test")) == list(range(50, 60))
 
 
 def test_delta_table_exported_then_streamed(volume, hf_cache):
