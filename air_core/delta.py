@@ -39,9 +39,10 @@ import os
 import posixpath
 import secrets
 import shutil
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 from urllib.parse import unquote, urlparse
 
 import pyarrow as pa
@@ -264,13 +265,15 @@ def _reader(dt) -> pa.RecordBatchReader:
 def _write_delta(dt, table: str, folder: str, token: str, rows_per_file: int, rows_per_row_group: int,
                  progress: bool, expected_rows: int | None) -> None:
     """Write the table's rows into `folder` (created), as part-<token>-<i>.parquet files."""
-    reader = _unreadable_as_table_error(dt, table, lambda: _reader(dt))
+    with _read_errors_as_table_error(dt, table):
+        reader = _reader(dt)
     with tqdm(total=expected_rows, unit="rows", unit_scale=True, disable=not progress, desc="export") as bar:
         def counted():
-            batches = iter(reader)
-            while (batch := _unreadable_as_table_error(dt, table, lambda: next(batches, None))) is not None:
-                bar.update(batch.num_rows)
-                yield batch
+            # Only reading runs inside: the writer's errors are raised in write_dataset, not here.
+            with _read_errors_as_table_error(dt, table):
+                for batch in reader:
+                    bar.update(batch.num_rows)
+                    yield batch
 
         pads.write_dataset(
             pa.RecordBatchReader.from_batches(reader.schema, counted()), folder, format="parquet",
@@ -282,12 +285,13 @@ def _write_delta(dt, table: str, folder: str, token: str, rows_per_file: int, ro
         pq.write_table(reader.schema.empty_table(), os.path.join(folder, f"part-{token}-0.parquet"))
 
 
-def _unreadable_as_table_error(dt, table: str, read: Callable[[], Any]) -> Any:
-    """`read()`, with a failure to read the table's data files raised as a `TableError` that says what to do."""
+@contextmanager
+def _read_errors_as_table_error(dt, table: str) -> Iterator[None]:
+    """A failure to read the table's data files, raised as a `TableError` that says what to do."""
     from deltalake.exceptions import DeltaError
 
     try:
-        return read()
+        yield
     except (OSError, pa.ArrowException, DeltaError) as e:
         raise TableError(
             f"version {dt.version()} of {table} cannot be read: {_first_line(e)}. A data file its log "
