@@ -41,10 +41,11 @@ def check_media(manifest: Manifest, decode: str) -> None:
     if others:
         ext = Counter(os.path.splitext(p)[1] for p in others).most_common(1)[0][0]
         hint = f"exclude='*{ext}'" if ext else "exclude="
+        verb = "is" if len(others) == 1 else "are"
         raise OptionError(
             f"decode={decode!r} reads {decode} files, but {len(others)} of the {len(manifest)} files under "
-            f"{manifest.root} {'is' if len(others) == 1 else 'are'} not, by their extension (e.g. {', '.join(others[:3])}): leave them out with "
-            f"{hint}, or read every file with decode='bytes'"
+            f"{manifest.root} {verb} not, by their extension (e.g. {', '.join(others[:3])}): leave them out "
+            f"with {hint}, or read every file with decode='bytes'"
         )
 
 
