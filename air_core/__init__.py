@@ -2,19 +2,33 @@
 
 `FileStream` streams the files of a Unity Catalog volume folder, cached on
 node-local disk on first access, partitioned over (rank x DataLoader worker).
+`resolve_source` is how every front door turns what a user gives into what
+it reads. The names here are the core's public API; `air_core.tabular`
+(Parquet row groups, needs pyarrow) and `air_core.torch` are public modules.
 """
 
-from .cache import Cache, CacheStats, default_dir
+from .cache import Cache, CacheStats, default_dir, entry_path_length
+from .dist import detect_rank, detect_worker
 from .errors import (
-    AirError, EmptyVolumeError, FetchError, ManifestMismatchError, OptionError, StateError, VolumePathError,
+    AirError, EmptyVolumeError, FetchError, ManifestMismatchError, OptionError, ParquetError, StateError,
+    VolumePathError,
 )
 from .grid import Grid
 from .manifest import Manifest, list_folder
+from .plan import BALANCES, EQUALIZES, Balance, Equalize, epoch_order, rank_shares, snake
 from .resume import run_state
-from .stream import CachedFile, FileStream, read_items
+from .row_plan import RowGroup, RowSlice, split_rows, unit_of
+from .source import MODES, Mode, Source, check_columns, resolve_source
+from .stream import (
+    DEFAULT_FETCH_THREADS, DEFAULT_PREFETCH, DEFAULT_PREFETCH_BYTES, CachedFile, FileStream, default_fetch_threads,
+    read_items,
+)
 
 __all__ = [
-    "AirError", "Cache", "CacheStats", "CachedFile", "EmptyVolumeError", "FetchError", "FileStream", "Grid",
-    "Manifest", "ManifestMismatchError", "OptionError", "StateError", "VolumePathError", "default_dir",
-    "list_folder", "read_items", "run_state",
+    "AirError", "BALANCES", "Balance", "Cache", "CacheStats", "CachedFile", "DEFAULT_FETCH_THREADS",
+    "DEFAULT_PREFETCH", "DEFAULT_PREFETCH_BYTES", "EQUALIZES", "EmptyVolumeError", "Equalize", "FetchError",
+    "FileStream", "Grid", "MODES", "Manifest", "ManifestMismatchError", "Mode", "OptionError", "ParquetError",
+    "RowGroup", "RowSlice", "Source", "StateError", "VolumePathError", "check_columns", "default_dir",
+    "default_fetch_threads", "detect_rank", "detect_worker", "entry_path_length", "epoch_order", "list_folder",
+    "rank_shares", "read_items", "resolve_source", "run_state", "snake", "split_rows", "unit_of",
 ]

@@ -40,6 +40,7 @@ _RANGE_FROM = 2 * _RANGE
 _RANGE_THREADS = 8
 _RECHECK_BYTES = 64 << 20
 _ATIME_REFRESH_NS = 60 * 10**9
+_KEY_CHARS, _NAME_CHARS = 40, 96
 
 
 def default_dir() -> str:
@@ -49,6 +50,14 @@ def default_dir() -> str:
     if os.path.isdir("/local_disk0") and os.access("/local_disk0", os.W_OK):
         return f"/local_disk0/air-cache-{os.getuid()}"
     return os.path.join(tempfile.gettempdir(), f"air-cache-{os.getuid()}")
+
+
+def entry_path_length(root: str, file_name: str) -> int:
+    """The length of a cached copy's path for a file named `file_name`, in the cache at `root`.
+
+    For size estimates over many files: no hashing, unlike `Cache.entry_path`.
+    """
+    return len(os.path.abspath(root)) + len("/objects/xx/-") + _KEY_CHARS + min(len(file_name), _NAME_CHARS)
 
 
 @dataclass
@@ -111,8 +120,8 @@ class Cache:
         version = (volume_path, size, mtime_ns)
         entry = self._entries.get(version)  # every later epoch asks again: remember the answer
         if entry is None:
-            key = hashlib.sha256(f"{volume_path}\0{size}\0{mtime_ns}".encode()).hexdigest()[:40]
-            name = volume_path.rsplit("/", 1)[-1][-96:]
+            key = hashlib.sha256(f"{volume_path}\0{size}\0{mtime_ns}".encode()).hexdigest()[:_KEY_CHARS]
+            name = volume_path.rsplit("/", 1)[-1][-_NAME_CHARS:]
             entry = self._entries[version] = f"{self._objects}/{key[:2]}/{key}-{name}"
         return entry
 

@@ -27,3 +27,7 @@ class StateError(AirError, ValueError):
 
 class OptionError(AirError, ValueError):
     """An option with an unknown name or a value out of range."""
+
+
+class ParquetError(AirError, ValueError):
+    """A file that is not readable Parquet, or Parquet files that do not share one schema."""

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Iterable, Sequence
 
 from . import volume
-from .errors import EmptyVolumeError, ManifestMismatchError, VolumePathError
+from .errors import EmptyVolumeError
 
 LIST_THREADS = 32
 
@@ -86,7 +86,9 @@ def _patterns(p: str | Sequence[str] | None) -> tuple[str, ...]:
     return (p,) if isinstance(p, str) else tuple(p)
 
 
-def _selected(rel: str, include: tuple[str, ...], exclude: tuple[str, ...]) -> bool:
+def _selected(rel: str, include: tuple[str, ...], exclude: tuple[str, ...], suffixes: tuple[str, ...]) -> bool:
+    if suffixes and not rel.lower().endswith(suffixes):
+        return False
     if include and not any(fnmatch.fnmatchcase(rel, g) for g in include):
         return False
     return not any(fnmatch.fnmatchcase(rel, g) for g in exclude)
@@ -120,6 +122,7 @@ def list_folder(
     *,
     include: str | Sequence[str] | None = None,
     exclude: str | Sequence[str] | None = None,
+    extensions: Sequence[str] | None = None,
 ) -> Manifest:
     """List every file under a volume folder, recursively and concurrently.
 
@@ -128,6 +131,7 @@ def list_folder(
         include: glob(s) matched against the path relative to `path`
             (`*` crosses `/`); when given, only matching files are kept.
         exclude: glob(s) of files to leave out.
+        extensions: keep only files with these extensions (case-insensitive, without the dot).
 
     Raises:
         VolumePathError: the path is malformed, missing, a file, or a symlink
@@ -137,6 +141,7 @@ def list_folder(
     vp = volume.parse(path)
     volume.require_dir(vp)
     inc, exc = _patterns(include), _patterns(exclude)
+    suffixes = tuple("." + e.lower().lstrip(".") for e in extensions or ())
     entries: list[tuple[str, int, int]] = []
     seen = {os.path.realpath(vp.local)}
     with ThreadPoolExecutor(LIST_THREADS, thread_name_prefix="air-list") as pool:
@@ -145,7 +150,7 @@ def list_folder(
             done, pending = wait(pending, return_when=FIRST_COMPLETED)
             for fut in done:
                 files, dirs = fut.result()
-                entries.extend(f for f in files if _selected(f[0], inc, exc))
+                entries.extend(f for f in files if _selected(f[0], inc, exc, suffixes))
                 for local, rel, real in dirs:
                     real = os.path.realpath(real)
                     if real not in seen:  # a symlinked folder must not loop
@@ -153,89 +158,9 @@ def list_folder(
                         pending.add(pool.submit(_scan, vp, local, rel))
     if not entries:
         what = f" matching include={list(inc)} exclude={list(exc)}" if inc or exc else ""
+        what += f" with file_extensions={list(extensions)}" if extensions else ""
         raise EmptyVolumeError(
             f"{vp.path} holds no file{what} (names starting with '.' or '_' are skipped); "
             "check the path and the patterns"
         )
     return Manifest.build(vp.path, entries)
-
-
-def shared_manifest(
-    path: str,
-    *,
-    include: str | Sequence[str] | None = None,
-    exclude: str | Sequence[str] | None = None,
-) -> Manifest:
-    """List once per job: rank 0 lists and broadcasts when torch.distributed is up.
-
-    Without a process group every rank lists for itself and `check_same`
-    compares the fingerprints through torchrun's rendezvous store.
-    """
-    dist = _dist()
-    if dist is None or dist.get_world_size() == 1:
-        m = list_folder(path, include=include, exclude=exclude)
-        check_same(m)
-        return m
-    box: list = [None]
-    if dist.get_rank() == 0:
-        try:
-            box[0] = list_folder(path, include=include, exclude=exclude)
-        except Exception as e:  # every rank must raise, not hang on the broadcast
-            box[0] = e
-    dist.broadcast_object_list(box, src=0)
-    if isinstance(box[0], Exception):
-        raise box[0]
-    return box[0]
-
-
-_checks: dict[str, int] = {}
-
-
-def check_same(manifest: Manifest) -> None:
-    """Raise `ManifestMismatchError` unless every rank holds the same fingerprint.
-
-    Uses the process group when there is one, else torchrun's agent store
-    (`TORCHELASTIC_USE_AGENT_STORE`); a single process has nothing to compare.
-    """
-    dist = _dist()
-    if dist is not None and dist.get_world_size() > 1:
-        prints: list = [None] * dist.get_world_size()
-        dist.all_gather_object(prints, manifest.fingerprint)
-    elif os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True" and int(os.environ.get("WORLD_SIZE", "1")) > 1:
-        prints = _exchange_through_store(manifest)
-    else:
-        return
-    if len(set(prints)) > 1:
-        raise ManifestMismatchError(
-            f"ranks listed different files under {manifest.root} (fingerprints by rank: {prints}): the folder "
-            "changed while the job started, or ranks were given different options; retry once writes are "
-            "done, or pass the same `manifest=` to every rank"
-        )
-
-
-def _exchange_through_store(manifest: Manifest) -> list[str]:
-    from datetime import timedelta
-
-    from torch.distributed import TCPStore
-
-    # Ranks make their streams in the same order, so the n-th listing of a path matches across ranks.
-    n = _checks[manifest.root] = _checks.get(manifest.root, 0) + 1
-    store = TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False,
-                     timeout=timedelta(seconds=300))
-    world, rank = int(os.environ["WORLD_SIZE"]), int(os.environ["RANK"])
-    key = f"air/manifest/{manifest.root}/{n}"
-    store.set(f"{key}/{rank}", manifest.fingerprint)
-    return [store.get(f"{key}/{r}").decode() for r in range(world)]
-
-
-def _dist():
-    """torch.distributed when a process group is initialised, else None (never imports torch)."""
-    import sys
-
-    torch = sys.modules.get("torch")
-    if torch is None or not torch.distributed.is_available() or not torch.distributed.is_initialized():
-        return None
-    return torch.distributed
-
-
-__all__ = ["Manifest", "list_folder", "shared_manifest", "check_same", "VolumePathError"]

@@ -1,7 +1,7 @@
 """FileStream: manifest + plan + cache + fetch pool -> the files of one stream.
 
-The one engine behind every front door. A stream is small when pickled (the
-manifest travels through a file in the cache folder), so it can be handed to
+The one engine behind every front door. A stream is small when pickled (its
+`Source` carries the listing's file, not the listing), so it can be handed to
 spawned DataLoader workers, Ray tasks and `@distributed` functions.
 """
 
@@ -10,14 +10,14 @@ from __future__ import annotations
 import os
 from typing import Iterable, Iterator, NamedTuple, Sequence
 
-from . import grid as grid_mod
+from . import dist, options, resume, volume
 from . import plan as plan_mod
-from . import resume
-from . import volume
 from .cache import Cache, read_bytes, read_fd
-from .errors import ManifestMismatchError, OptionError, StateError
+from .errors import StateError
 from .fetch import ordered_map, retrying
-from .manifest import Manifest, check_same, list_folder, shared_manifest
+from .grid import Grid
+from .manifest import Manifest
+from .source import resolve_source
 
 DEFAULT_FETCH_THREADS = 64
 WORKER_FETCH_THREADS = 32
@@ -35,7 +35,7 @@ def default_fetch_threads(num_workers: int | None = None) -> int:
     DataLoader worker count detected now.
     """
     if num_workers is None:
-        num_workers = grid_mod.detect_worker()[1]
+        num_workers = dist.detect_worker()[1]
     return WORKER_FETCH_THREADS if num_workers > 1 else DEFAULT_FETCH_THREADS
 
 
@@ -157,34 +157,25 @@ class FileStream:
         prefetch_bytes: int = DEFAULT_PREFETCH_BYTES,
         manifest: Manifest | None = None,
     ) -> None:
-        if balance not in plan_mod.BALANCES:
-            raise OptionError(f"balance={balance!r}: choose one of {plan_mod.BALANCES}")
-        if equalize not in plan_mod.EQUALIZES:
-            raise OptionError(f"equalize={equalize!r}: choose one of {plan_mod.EQUALIZES}")
-        for name, value in (("fetch_threads", fetch_threads), ("prefetch", prefetch),
-                            ("prefetch_bytes", prefetch_bytes)):
-            if not (name == "fetch_threads" and value is None) and (not isinstance(value, int) or value < 1):
-                raise OptionError(f"{name}={value!r}: give a whole number >= 1"
-                                  + (", or None for the default" if name == "fetch_threads" else ""))
-        self.path = volume.parse(path).path
-        self._include, self._exclude_globs = include, exclude
+        options.choice("balance", balance, plan_mod.BALANCES)
+        options.choice("equalize", equalize, plan_mod.EQUALIZES)
+        options.whole("fetch_threads", fetch_threads, low=1, optional=True)
+        options.whole("prefetch", prefetch, low=1)
+        options.whole("prefetch_bytes", prefetch_bytes, low=1)
+        self._source = resolve_source(path, mode="files", include=include, exclude=exclude, cache_dir=cache_dir,
+                                      manifest=manifest)
+        self.path = self._source.path
         self._plan_opts = {"seed": seed, "shuffle": bool(shuffle), "balance": balance, "equalize": equalize}
-        self._rank, self._world_size = grid_mod.detect_rank(rank, world_size)
-        grid_mod.Grid(self._rank, self._world_size)
+        self._rank, self._world_size = dist.detect_rank(rank, world_size)
+        Grid(self._rank, self._world_size)
         self._worker, self._num_workers = worker, num_workers
         self._cache_dir, self._cache_limit = cache_dir, cache_limit
         self._fetch = {"fetch_threads": fetch_threads, "prefetch": prefetch, "prefetch_bytes": prefetch_bytes}
-        if manifest is not None:
-            if manifest.root != self.path:
-                raise OptionError(f"manifest= lists {manifest.root}, not {self.path}")
-            check_same(manifest)
-        self._manifest = manifest or shared_manifest(path, include=include, exclude=exclude)
-        self._fingerprint = self._manifest.fingerprint
-        self._manifest_file: str | None = None
+        self._fingerprint = self._source.fingerprint
         self._cache: Cache | None = None
         self._epoch = 0
         self._pending: dict | None = None
-        self._grid: grid_mod.Grid | None = None
+        self._grid: Grid | None = None
         self._consumed = 0
         self._resumed_from: dict | None = None
 
@@ -193,9 +184,7 @@ class FileStream:
     @property
     def manifest(self) -> Manifest:
         """The listing this stream plans from (loaded from the cache folder after unpickling)."""
-        if self._manifest is None:
-            self._manifest = self._load_manifest()
-        return self._manifest
+        return self._source.manifest
 
     @property
     def cache(self) -> Cache:
@@ -208,12 +197,12 @@ class FileStream:
     def epoch(self) -> int:
         return self._epoch
 
-    def grid(self) -> grid_mod.Grid:
+    def grid(self) -> Grid:
         """This stream's place, with the DataLoader worker detected now."""
-        w, nw = grid_mod.detect_worker(self._worker, self._num_workers)
-        return grid_mod.Grid(self._rank, self._world_size, w, nw)
+        w, nw = dist.detect_worker(self._worker, self._num_workers)
+        return Grid(self._rank, self._world_size, w, nw)
 
-    def items(self, grid: grid_mod.Grid | None = None) -> list[int]:
+    def items(self, grid: Grid | None = None) -> list[int]:
         """Manifest indices this stream reads this epoch, in order (no resume applied)."""
         return plan_mod.plan(self.manifest.sizes, grid or self.grid(), epoch=self._epoch, **self._plan_opts)
 
@@ -288,14 +277,14 @@ class FileStream:
         self._pending = state
         self._epoch = state["epoch"]
 
-    def _take_pending(self, grid: grid_mod.Grid) -> tuple[dict | None, int]:
+    def _take_pending(self, grid: Grid) -> tuple[dict | None, int]:
         """(the run state this pass resumes, items of its plan already delivered)."""
         state, self._pending = self._pending, None
         if state is None:
             return None, 0
         if "streams" in state:
             return state, 0
-        saved = grid_mod.Grid(*state["grid"])
+        saved = Grid(*state["grid"])
         if saved != grid:
             raise StateError(
                 f"the state was saved by stream {saved} but this is {grid}: to resume on another grid, "
@@ -303,32 +292,7 @@ class FileStream:
             )
         return state.get("resumed_from"), state["consumed"]
 
-    # -- pickling: carry the path and options, not the listing ------------------
+    # -- pickling: the source carries its listing's file, not the listing ---------
 
     def __getstate__(self) -> dict:
-        d = dict(self.__dict__)
-        if d["_manifest"] is not None and d["_manifest_file"] is None:
-            d["_manifest_file"] = self._save_manifest()
-            self._manifest_file = d["_manifest_file"]
-        d["_manifest"] = None
-        d["_cache"] = None
-        return d
-
-    def _save_manifest(self) -> str:
-        folder = os.path.join(self.cache.root, "manifests")
-        os.makedirs(folder, mode=0o700, exist_ok=True)
-        file = os.path.join(folder, f"{self._fingerprint}.json.gz")
-        if not os.path.exists(file):
-            self._manifest.save(file)
-        return file
-
-    def _load_manifest(self) -> Manifest:
-        if self._manifest_file and os.path.exists(self._manifest_file):
-            return Manifest.load(self._manifest_file)
-        m = list_folder(self.path, include=self._include, exclude=self._exclude_globs)  # another node
-        if m.fingerprint != self._fingerprint:
-            raise ManifestMismatchError(
-                f"{self.path} changed since the stream was made (fingerprint {self._fingerprint}, now "
-                f"{m.fingerprint}): every process must read the same files; make the stream again"
-            )
-        return m
+        return {**self.__dict__, "_cache": None}

@@ -9,8 +9,7 @@ values live only in the paths.
 from __future__ import annotations
 
 from collections import OrderedDict
-from dataclasses import dataclass
-from typing import Iterable, Iterator, Literal, Sequence
+from typing import Iterable, Iterator, Sequence
 from urllib.parse import unquote
 
 import pyarrow as pa
@@ -18,60 +17,14 @@ import pyarrow.parquet as pq
 
 from . import volume
 from .cache import Cache
-from .errors import AirError, OptionError
+from .errors import ParquetError
 from .fetch import ordered_map
 from .manifest import Manifest
+from .row_plan import RowGroup, RowSlice, unit_of
 from .stream import CachedFile, read_items
 
 FOOTER_THREADS = 32
 _OPEN_FILES = 8
-
-
-class ParquetError(AirError, ValueError):
-    """A file that is not readable Parquet."""
-
-
-@dataclass(frozen=True)
-class RowGroup:
-    """One row group: `file` is its manifest index."""
-
-    file: int
-    row_group: int
-    num_rows: int
-    nbytes: int
-
-
-@dataclass(frozen=True)
-class RowSlice:
-    """Rows [start, stop) of a row group."""
-
-    unit: RowGroup
-    start: int
-    stop: int
-
-    @property
-    def num_rows(self) -> int:
-        return self.stop - self.start
-
-
-def unit_of(piece: RowGroup | RowSlice) -> RowGroup:
-    """The row group a piece is, or lies in."""
-    return piece.unit if isinstance(piece, RowSlice) else piece
-
-
-def is_parquet_tree(manifest: Manifest) -> bool:
-    """True if every file is `.parquet`, False if none is; a mix is an error."""
-    flags = [p.lower().endswith(".parquet") for p in manifest.paths]
-    if all(flags):
-        return True
-    if not any(flags):
-        return False
-    pq_ex = next(p for p, f in zip(manifest.paths, flags) if f)
-    other = next(p for p, f in zip(manifest.paths, flags) if not f)
-    raise OptionError(
-        f"{manifest.root} mixes Parquet files ({pq_ex}) with other files ({other}): choose a mode "
-        "explicitly, or select files with include=/exclude= globs (e.g. include='*.parquet')"
-    )
 
 
 def partition_values(rel_path: str) -> dict[str, str]:
@@ -146,43 +99,6 @@ def schema(manifest: Manifest, units: Sequence[RowGroup]) -> pa.Schema:
         if key not in s.names:
             s = s.append(pa.field(key, pa.string()))
     return s
-
-
-def split_rows(pieces: Sequence[RowGroup | RowSlice], parts: int,
-               how: Literal["none", "drop", "pad"] = "none") -> list[list[RowSlice]]:
-    """Cut the rows of `pieces` (in order) into `parts` contiguous ranges. Pure.
-
-    "none": sizes differ by at most one row; "drop": every part gets
-    floor(total/parts) rows, the rest is dropped; "pad": every part gets
-    ceil(total/parts) rows, the last ones wrapping around to the start.
-    """
-    slices = [p if isinstance(p, RowSlice) else RowSlice(p, 0, p.num_rows) for p in pieces]
-    slices = [s for s in slices if s.num_rows]
-    total = sum(s.num_rows for s in slices)
-    if how == "none":
-        bounds = [(k * total // parts, (k + 1) * total // parts) for k in range(parts)]
-    elif how in ("drop", "pad"):
-        per = total // parts if how == "drop" else -(-total // parts)
-        bounds = [(k * per, (k + 1) * per) for k in range(parts)]
-    else:
-        raise OptionError(f"equalize={how!r}: choose one of ('none', 'pad', 'drop')")
-    return [_cut(slices, lo, hi, total) for lo, hi in bounds]
-
-
-def _cut(slices: Sequence[RowSlice], lo: int, hi: int, total: int) -> list[RowSlice]:
-    """Rows [lo, hi) of the concatenated slices, wrapping past the end."""
-    out: list[RowSlice] = []
-    while lo < hi:
-        start = lo % total
-        end = start + min(hi - lo, total - start)
-        offset = 0
-        for s in slices:
-            a, b = max(start, offset), min(end, offset + s.num_rows)
-            if a < b:
-                out.append(RowSlice(s.unit, s.start + a - offset, s.start + b - offset))
-            offset += s.num_rows
-        lo += end - start
-    return out
 
 
 def read_units(

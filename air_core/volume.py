@@ -35,10 +35,6 @@ class VolumePath:
     local: str
     local_volume: str
 
-    def to_local(self, volume_path: str) -> str:
-        """Map a volume path under this volume to its local path."""
-        return self.local_volume + volume_path[len(self.volume):]
-
     def to_volume(self, local_path: str) -> str:
         """Map a local path under this volume to its volume path."""
         return self.volume + local_path[len(self.local_volume):]

@@ -40,7 +40,7 @@ the same step count.
 
 from .builder import UCVolume, UCVolumeConfig
 from .registration import NAME, register
-from .split import split_for_rank
+from .rank_split import split_for_rank
 
 register()
 

@@ -2,8 +2,9 @@
 
 The builder lists the volume itself, through the core, when it is made (the
 listing's fingerprint joins the config id, so the Arrow cache of a
-non-streaming load is rebuilt when files change). The listing travels to
-DataLoader workers as a file in the node cache folder; shards are lists of
+non-streaming load is rebuilt when files change). What to read is resolved by
+`air_core.resolve_source`, as every front door does; its `Source` carries the
+listing to DataLoader workers as a file in the node cache folder. Shards are lists of
 manifest indices (files mode) or of row ranges (Parquet mode). Every read goes
 through the core's node cache and fetch pool, ahead of the consumer.
 """
@@ -11,28 +12,23 @@ through the core's node cache and fetch pool, ahead of the consumer.
 from __future__ import annotations
 
 import dataclasses
-import difflib
-import hashlib
-import os
 from dataclasses import dataclass
 from itertools import islice
-from typing import Iterable, Iterator, Union
+from typing import Iterator, Union
 
 import datasets
 import pyarrow as pa
 
-from air_core import Cache, Manifest, read_items, tabular, volume
-from air_core.errors import OptionError
-from air_core.grid import detect_rank
-from air_core.manifest import shared_manifest
-from air_core.plan import EQUALIZES
-from air_core.stream import default_fetch_threads
+from air_core import (
+    EQUALIZES, MODES, Cache, OptionError, Source, check_columns, default_fetch_threads, detect_rank, read_items,
+    resolve_source, tabular, volume,
+)
+from air_core import options as check
 
 from . import rows
 from .shards import file_shards, row_shards, shard_count
-from .splits import by_split
+from .split_layout import by_split
 
-MODES = ("auto", "files", "parquet")
 FILES_PER_TABLE = 64
 
 
@@ -45,6 +41,7 @@ class UCVolumeConfig(datasets.BuilderConfig):
             (or `dbfs:/Volumes/...`); with `delta_table`, where the table is exported.
         include: glob(s) of files to keep, relative to `data_dir` (`*` crosses `/`).
         exclude: glob(s) of files to leave out.
+        file_extensions: keep only files with these extensions (case-insensitive), as in Ray's readers.
         mode: "files" (a row per file), "parquet" (the tables' rows; row groups are the
             units), or "auto": "parquet" when every file is `.parquet`, "files" when none is.
         decode: files mode: the column added to path/local_path/size: "path" (none),
@@ -66,13 +63,18 @@ class UCVolumeConfig(datasets.BuilderConfig):
         node_cache_limit: cap on the node cache's bytes; None for no cap.
         fetch_threads: concurrent reads from the volume per DataLoader worker (default:
             32 when there are several workers, else 64).
-        delta_table: a Delta table to export to `data_dir` as Parquet and stream.
+        delta_table: a Delta table to export to `data_dir` as Parquet and stream (an export
+            of the same version is reused). To export through Spark, call
+            `air_core.export_delta(table, data_dir, spark=spark)` first and load `data_dir`:
+            a SparkSession cannot travel inside a dataset's config.
+        delta_version: the table version to export (default: the latest).
         columns: Parquet mode: the columns to read, as `load_dataset("parquet", columns=...)`;
             the others are never decoded.
     """
 
     include: Union[str, list, None] = None
     exclude: Union[str, list, None] = None
+    file_extensions: Union[list, None] = None
     mode: str = "auto"
     decode: str = "path"
     labels: bool = False
@@ -85,6 +87,7 @@ class UCVolumeConfig(datasets.BuilderConfig):
     node_cache_limit: Union[int, None] = None
     fetch_threads: Union[int, None] = None
     delta_table: Union[str, None] = None
+    delta_version: Union[int, None] = None
     columns: Union[list, None] = None
 
     def __post_init__(self) -> None:
@@ -97,123 +100,42 @@ class UCVolumeConfig(datasets.BuilderConfig):
         volume.parse(self.data_dir)
         for name, value, choices in (("mode", self.mode, MODES), ("decode", self.decode, rows.DECODES),
                                      ("equalize", self.equalize, EQUALIZES)):
-            if value not in choices:
-                raise OptionError(f"{name}={value!r}: choose one of {choices}")
-        for name in ("labels", "shuffle"):
-            if not isinstance(getattr(self, name), bool):
-                raise OptionError(f"{name}={getattr(self, name)!r}: give True or False")
-        for name, low, optional in (("seed", 0, False), ("world_size", 1, True), ("num_workers", 1, True),
-                                    ("fetch_threads", 1, True), ("node_cache_limit", 0, True)):
-            value = getattr(self, name)
-            if not (optional and value is None) and (not _is_int(value) or value < low):
-                raise OptionError(f"{name}={value!r}: give a whole number >= {low}"
-                                  + (", or None" if optional else ""))
-        if self.columns is not None and (not isinstance(self.columns, (list, tuple)) or not self.columns
-                                         or not all(isinstance(c, str) for c in self.columns)):
-            raise OptionError(f"columns={self.columns!r}: give a non-empty list of column names")
-        if self.delta_table and self.mode == "files":
-            raise OptionError("delta_table= exports Parquet: leave mode unset or give mode='parquet'")
+            check.choice(name, value, choices)
+        check.flag("labels", self.labels)
+        check.flag("shuffle", self.shuffle)
+        check.whole("seed", self.seed, low=0)
+        for name in ("world_size", "num_workers", "fetch_threads"):
+            check.whole(name, getattr(self, name), low=1, optional=True)
+        check.whole("node_cache_limit", self.node_cache_limit, low=0, optional=True)
 
 
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
+def _resolve(config: UCVolumeConfig) -> Source:
+    return resolve_source(config.data_dir, mode=config.mode, include=config.include, exclude=config.exclude,
+                          file_extensions=config.file_extensions, delta_table=config.delta_table,
+                          delta_version=config.delta_version, cache_dir=config.node_cache_dir)
 
 
-@dataclass(frozen=True)
-class Source:
-    """What the builder reads: a saved listing, its mode and the row features. Small when pickled."""
-
-    manifest_file: str
-    fingerprint: str
-    mode: str
-    features: datasets.Features
-
-    @classmethod
-    def resolve(cls, config: UCVolumeConfig) -> "Source":
-        """List the volume (rank 0 lists and broadcasts under torch.distributed) and pick the mode."""
-        data_dir, mode = config.data_dir, config.mode
-        if config.delta_table:
-            # -- Delta: export the table to data_dir as Parquet (once per table version), then
-            # stream that export's own folder, which stays put while a newer export replaces data_dir.
-            from air_core.delta import export_delta
-
-            data_dir, mode = export_delta(config.delta_table, data_dir).path, "parquet"
-        manifest = shared_manifest(data_dir, include=config.include, exclude=config.exclude)
-        if mode == "auto":
-            try:
-                mode = "parquet" if tabular.is_parquet_tree(manifest) else "files"
-            except OptionError as e:
-                raise OptionError(f"{e}; to read every file as a row, pass mode='files'") from None
-        if mode == "parquet":
-            if config.decode != "path" or config.labels:
-                raise OptionError("decode= and labels= apply to files mode: the Parquet mode's rows are "
-                                  "the tables' rows; pass mode='files' to read Parquet files as files")
-            schema = _parquet_schema(manifest)
-            if config.columns is not None:
-                if any(c not in schema.names for c in config.columns):
-                    raise OptionError(f"columns={config.columns!r}: the tables' columns are {schema.names}")
-                schema = pa.schema([schema.field(c) for c in config.columns])
-            features = datasets.Features.from_arrow_schema(schema)
-        else:
-            if config.columns is not None:
-                raise OptionError("columns= applies to Parquet mode: a row per file has the columns "
-                                  "path, local_path, size and what decode= adds")
-            rows.check_media(manifest, config.decode)
-            features = rows.features(config.decode, rows.label_names(manifest) if config.labels else None)
-        cache = Cache(config.node_cache_dir, limit_bytes=config.node_cache_limit)
-        return cls(_save(manifest, cache.root), manifest.fingerprint, mode, features)
-
-    def manifest(self) -> Manifest:
-        return _load(self.manifest_file)
-
-
-def _parquet_schema(manifest: Manifest) -> pa.Schema:
-    try:
-        return tabular.schema(manifest, [])
-    except (pa.ArrowException, OSError) as e:
-        raise tabular.ParquetError(
-            f"{manifest.volume_path(0)} is not a readable Parquet file ({e}); remove or replace it, "
-            "or leave it out with exclude="
-        ) from None
-
-
-def _save(manifest: Manifest, cache_root: str) -> str:
-    """The listing as a file in the node cache folder, named for its folder and contents."""
-    folder = os.path.join(cache_root, "manifests")
-    os.makedirs(folder, mode=0o700, exist_ok=True)
-    where = hashlib.sha256(manifest.root.encode()).hexdigest()[:12]
-    file = os.path.join(folder, f"{manifest.fingerprint}-{where}.json.gz")
-    if not os.path.exists(file):
-        manifest.save(file)
-    _remember(file, manifest)
-    return file
-
-
-_manifests: dict[str, Manifest] = {}  # the last few listings this process used, by file
-
-
-def _remember(file: str, manifest: Manifest) -> Manifest:
-    _manifests[file] = manifest
-    while len(_manifests) > 4:
-        del _manifests[next(iter(_manifests))]
-    return manifest
-
-
-def _load(file: str) -> Manifest:
-    """The saved listing, read once per process (forked DataLoader workers inherit it)."""
-    return _manifests.get(file) or _remember(file, Manifest.load(file))
+def _features(config: UCVolumeConfig, source: Source) -> datasets.Features:
+    """The rows' features; options that do not fit the source's mode are refused here, at setup."""
+    if source.mode == "parquet":
+        if config.decode != "path" or config.labels:
+            raise OptionError("decode= and labels= apply to files mode: the Parquet mode's rows are "
+                              "the tables' rows; pass mode='files' to read Parquet files as files")
+        schema = source.schema()
+        if config.columns is not None:
+            check_columns(config.columns, schema.names)
+            schema = pa.schema([schema.field(c) for c in config.columns])
+        return datasets.Features.from_arrow_schema(schema)
+    if config.columns is not None:
+        raise OptionError("columns= applies to Parquet mode: a row per file has the columns "
+                          "path, local_path, size and what decode= adds")
+    manifest = source.manifest
+    rows.check_media(manifest, config.decode)
+    return rows.features(config.decode, rows.label_names(manifest) if config.labels else None)
 
 
 _OPTIONS = frozenset(f.name for f in dataclasses.fields(UCVolumeConfig))
-
-
-def _check_option_names(names: Iterable[str]) -> None:
-    unknown = sorted(set(names) - _OPTIONS - {"config_id"})
-    if unknown:
-        public = sorted(_OPTIONS - {"name", "version", "data_files", "description"})
-        close = difflib.get_close_matches(unknown[0], public, n=1)
-        hint = f" (did you mean {close[0]!r}?)" if close else ""
-        raise OptionError(f"unknown option {unknown[0]!r} for uc-volume{hint}; the options are: {', '.join(public)}")
+_PUBLIC = _OPTIONS - {"name", "version", "data_files", "description"}
 
 
 class UCVolume(datasets.ArrowBasedBuilder):
@@ -226,18 +148,19 @@ class UCVolume(datasets.ArrowBasedBuilder):
     def _create_builder_config(self, config_name=None, custom_features=None, **config_kwargs):
         # datasets resolves a config's data here; this builder resolves its listing, whose
         # fingerprint joins the config id so that a changed folder gets a fresh Arrow cache.
-        _check_option_names(config_kwargs)
+        check.reject_unknown(set(config_kwargs) - _OPTIONS - {"config_id"}, _PUBLIC, what="uc-volume")
         config, config_id = super()._create_builder_config(config_name, custom_features, **config_kwargs)
-        self._source = Source.resolve(config)
+        self._source = _resolve(config)
+        self._features = _features(config, self._source)
         return config, f"{config_id}-{self._source.fingerprint[:16]}"
 
     def _info(self) -> datasets.DatasetInfo:
-        return datasets.DatasetInfo(features=self._source.features)
+        return datasets.DatasetInfo(features=self._features)
 
     def _split_generators(self, dl_manager) -> list[datasets.SplitGenerator]:
-        c, manifest = self.config, self._source.manifest()
+        c, manifest = self.config, self._source.manifest
         world_size = c.world_size or detect_rank()[1]
-        units = tabular.parquet_units(manifest) if self._source.mode == "parquet" else None
+        units = self._source.units() if self._source.mode == "parquet" else None
         generators = []
         for split, files in by_split(manifest.paths).items():
             if units is None:
@@ -262,17 +185,17 @@ class UCVolume(datasets.ArrowBasedBuilder):
         return super()._prepare_split(split_generator, **kwargs)
 
     def _generate_tables(self, shards: list) -> Iterator[tuple[int, pa.Table]]:
-        c, manifest = self.config, self._source.manifest()
+        c, manifest = self.config, self._source.manifest
         cache = Cache(c.node_cache_dir, limit_bytes=c.node_cache_limit)
         threads = c.fetch_threads or default_fetch_threads()
         if self._source.mode == "parquet":
             pieces = [piece for shard in shards for piece in shard]
             tables = tabular.read_units(manifest, pieces, cache, columns=c.columns, fetch_threads=threads)
-            names = list(self._source.features)
+            names = list(self._features)
             yield from enumerate(t.select(names) for t in tables)
             return
         items = [i for shard in shards for i in shard]
-        features = self._source.features
+        features = self._features
         schema = features.arrow_schema
         files = read_items(manifest, items, cache, fetch_threads=threads)
         for k in range(-(-len(items) // FILES_PER_TABLE)):

@@ -9,7 +9,7 @@ import numpy as np
 from datasets import load_dataset
 from torch.utils.data import DataLoader
 
-from .split import split_for_rank
+from .rank_split import split_for_rank
 
 WORKERS = 2
 

@@ -17,11 +17,11 @@ from __future__ import annotations
 import importlib
 import inspect
 
-from air_core.errors import AirError, OptionError
+from air_core import AirError, OptionError
 
 NAME = "uc-volume"
 MODULE = "air_hf.builder"
-ROW_MODULES = ("air_hf.rows", "air_hf.shards", "air_core.tabular")
+ROW_MODULES = ("air_hf.rows", "air_hf.shards", "air_hf.split_layout", "air_core.row_plan", "air_core.tabular")
 SUPPORTED = "datasets>=4.0,<6"
 
 

@@ -9,8 +9,7 @@ from typing import Sequence
 import datasets
 import pyarrow as pa
 
-from air_core import CachedFile, Manifest
-from air_core.errors import AirError, OptionError
+from air_core import AirError, CachedFile, Manifest, OptionError
 
 DECODES = ("path", "bytes", "text", "image", "audio")
 

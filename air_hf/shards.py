@@ -14,9 +14,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from air_core import plan
-from air_core.errors import OptionError
-from air_core.tabular import RowGroup, RowSlice, split_rows
+from air_core import Equalize, OptionError, RowGroup, RowSlice, epoch_order, rank_shares, split_rows
 
 MAX_SHARDS_PER_RANK = 12  # splits evenly over 1, 2, 3, 4, 6 or 12 DataLoader workers
 MIN_UNITS_PER_SHARD = 4  # a cut row group is decoded by both its shards: keep cuts to a quarter at most
@@ -33,21 +31,21 @@ def shard_count(units: int, *, world_size: int, num_workers: int | None) -> int:
 
 
 def file_shards(
-    sizes: Sequence[int], num_shards: int, *, seed: int, shuffle: bool, equalize: plan.Equalize
+    sizes: Sequence[int], num_shards: int, *, seed: int, shuffle: bool, equalize: Equalize
 ) -> list[list[int]]:
     """Manifest indices per shard, each shard in read order (seeded shuffle when asked)."""
     if equalize == "drop" and len(sizes) < num_shards:
         raise _too_few(f"{len(sizes)} files", num_shards)
-    return plan.rank_shares(sizes, world_size=num_shards, seed=seed, shuffle=shuffle, equalize=equalize)
+    return rank_shares(sizes, world_size=num_shards, seed=seed, shuffle=shuffle, equalize=equalize)
 
 
 def row_shards(
-    units: Sequence[RowGroup], num_shards: int, *, seed: int, shuffle: bool, equalize: plan.Equalize
+    units: Sequence[RowGroup], num_shards: int, *, seed: int, shuffle: bool, equalize: Equalize
 ) -> list[list[RowSlice]]:
     """Contiguous row ranges per shard over the row groups (in a seeded order when shuffling)."""
     if equalize == "drop" and sum(u.num_rows for u in units) < num_shards:
         raise _too_few(f"{sum(u.num_rows for u in units)} rows", num_shards)
-    order = plan.epoch_order(len(units), epoch=0, seed=seed, shuffle=shuffle)
+    order = epoch_order(len(units), epoch=0, seed=seed, shuffle=shuffle)
     return split_rows([units[i] for i in order], num_shards, how=equalize)
 
 

@@ -10,7 +10,6 @@ rows, row group by row group, hive partition columns kept).
 
 from __future__ import annotations
 
-import difflib
 import inspect
 import os
 import random
@@ -23,23 +22,20 @@ from ray.data.block import BlockMetadata
 from ray.data.context import DataContext
 from ray.data.datasource import Datasource, ReadTask
 
-from air_core import grid, plan, tabular, volume
-from air_core.cache import default_dir
-from air_core.errors import EmptyVolumeError, OptionError
-from air_core.manifest import Manifest, shared_manifest
-from air_core.stream import DEFAULT_FETCH_THREADS
+from air_core import (
+    DEFAULT_FETCH_THREADS, EQUALIZES, Equalize, Grid, Manifest, Mode, OptionError, RowGroup, RowSlice,
+    check_columns, default_dir, detect_rank, entry_path_length, epoch_order, rank_shares, resolve_source, split_rows,
+    volume,
+)
+from air_core import options as check
 
-from . import read_tasks
-from .readers import Source, bytes_type, files_read_fn, files_schema, parquet_read_fn
+from . import task_plan
+from .task_read import TaskSource, bytes_type, files_read_fn, files_schema, parquet_read_fn
 
-Mode = Literal["auto", "files", "parquet"]
 Shuffle = Literal["files"] | FileShuffleConfig | None
-MODES = ("auto", "files", "parquet")
 DEFAULT_BLOCK_BYTES = 128 << 20
 # Arrow bytes of a files-mode row besides its strings' characters: offsets and the size.
 _ROW_BYTES = 24
-# A cache entry's path past the cache folder: "/objects/<2 hex>/<40 hex>-" before the file name.
-_ENTRY_PREFIX = 53
 
 
 class UCVolumeDatasource(Datasource):
@@ -105,7 +101,7 @@ class UCVolumeDatasource(Datasource):
         shuffle: Shuffle = None,
         rank: int | None = None,
         world_size: int | None = None,
-        equalize: plan.Equalize = "none",
+        equalize: Equalize = "none",
         cache_dir: str | None = None,
         cache_limit: int | None = None,
         fetch_threads: int = DEFAULT_FETCH_THREADS,
@@ -118,53 +114,32 @@ class UCVolumeDatasource(Datasource):
     ) -> None:
         super().__init__()
         self._projection_map = None  # Ray's projection pushdown (Parquet mode) sets it on a copy
-        reject_unknown(unknown, datasource_options())
-        if mode not in MODES:
-            raise OptionError(f"mode={mode!r}: choose one of {MODES}")
-        if equalize not in plan.EQUALIZES:
-            raise OptionError(f"equalize={equalize!r}: choose one of {plan.EQUALIZES}")
+        check.reject_unknown(unknown, datasource_options(), what="UCVolumeDatasource")
+        check.choice("equalize", equalize, EQUALIZES)
         fetch = {k: v for k, v in (("fetch_threads", fetch_threads), ("prefetch", prefetch),
                                    ("prefetch_bytes", prefetch_bytes)) if v is not None}
         for name, value in fetch.items():
-            if not isinstance(value, int) or value < 1:
-                raise OptionError(f"{name}={value!r}: give a whole number >= 1")
-        if cache_limit is not None and (not isinstance(cache_limit, int) or cache_limit < 0):
-            raise OptionError(f"cache_limit={cache_limit!r}: give a number of bytes >= 0, or None for no cap")
+            check.whole(name, value, low=1)
+        check.whole("cache_limit", cache_limit, low=0, optional=True)
         self._seed, self._reseed = _shuffle_seed(shuffle)
-        self._rank, self._world_size = grid.detect_rank(rank, world_size)
-        grid.Grid(self._rank, self._world_size)
+        self._rank, self._world_size = detect_rank(rank, world_size)
+        Grid(self._rank, self._world_size)
         self._equalize = equalize
-
-        # -- Delta mode: export the table's snapshot as Parquet, then read the export --------
-        if delta_table is not None:
-            if mode == "files":
-                raise OptionError("delta_table= reads the table's rows: leave mode at 'auto' or 'parquet'")
-            from air_core.delta import export_delta  # the `delta` extra
-
-            # The export's own folder, not the `path` link: it stays put while we read.
-            path = export_delta(delta_table, path, spark=spark, version=delta_version).path
-        elif delta_version is not None or spark is not None:
-            raise OptionError("delta_version= and spark= go with delta_table=: name the table to export")
-        # ---------------------------------------------------------------------------------------
-
-        vp = volume.parse(path)
-        manifest = _with_extensions(shared_manifest(path, include=include, exclude=exclude), file_extensions)
-        parquet = _is_parquet(manifest, mode)
+        self._source = resolve_source(path, mode=mode, include=include, exclude=exclude,
+                                      file_extensions=file_extensions, delta_table=delta_table,
+                                      delta_version=delta_version, spark=spark, cache_dir=cache_dir)
+        parquet = self._source.mode == "parquet"
         if include_bytes and parquet:
             raise OptionError("include_bytes=True is for files mode: Parquet mode already reads the tables' rows")
+        manifest = self._source.manifest
         self._parquet = parquet
         self._include_paths = (not parquet) if include_paths is None else bool(include_paths)
         self._include_bytes = bool(include_bytes)
         self._contents_type = bytes_type(max(manifest.sizes)) if include_bytes else None
-        self._source = Source(
-            root=manifest.root, local_root=vp.local, fingerprint=manifest.fingerprint,
+        self._tasks = TaskSource(
+            root=manifest.root, local_root=volume.parse(manifest.root).local, fingerprint=manifest.fingerprint,
             cache_dir=os.path.abspath(cache_dir or default_dir()), cache_limit=cache_limit, fetch=fetch,
         )
-        units = tabular.parquet_units(manifest) if parquet else None
-        if parquet and not sum(u.num_rows for u in units):
-            raise EmptyVolumeError(f"{manifest.root} holds Parquet files but no rows")
-        self._listing = _Shared((manifest, units))
-        self._schema = tabular.schema(manifest, units) if parquet else None
         self._estimate = self._check_share()
 
     # -- what Ray asks of a datasource -------------------------------------------------------
@@ -183,7 +158,7 @@ class UCVolumeDatasource(Datasource):
         if not self._parquet:
             return files_schema(include_paths=self._include_paths, contents_type=self._contents_type)
         columns = self._get_data_columns()
-        s = self._schema
+        s = self._source.schema()
         if self._include_paths:
             s = s.append(pa.field("path", pa.string()))
         return s if columns is None else pa.schema([s.field(c) for c in columns if c in s.names])
@@ -205,24 +180,24 @@ class UCVolumeDatasource(Datasource):
     # -- planning ------------------------------------------------------------------------------
 
     def _files_share(self, epoch: int) -> list[int]:
-        manifest, _ = self._listing.get()
-        return plan.rank_shares(
+        manifest = self._source.manifest
+        return rank_shares(
             manifest.sizes, world_size=self._world_size, epoch=epoch, seed=self._seed or 0,
             shuffle=self._seed is not None, equalize=self._equalize,
         )[self._rank]
 
-    def _parquet_share(self, epoch: int) -> list[tabular.RowGroup | tabular.RowSlice]:
-        _, units = self._listing.get()
+    def _parquet_share(self, epoch: int) -> list[RowGroup | RowSlice]:
+        units = self._source.units()
         if self._world_size == 1 and self._equalize == "none":
             pieces: list = [u for u in units if u.num_rows]
         else:
-            pieces = tabular.split_rows(units, self._world_size, self._equalize)[self._rank]
-        order = plan.epoch_order(len(pieces), epoch=epoch, seed=self._seed or 0, shuffle=self._seed is not None)
+            pieces = split_rows(units, self._world_size, self._equalize)[self._rank]
+        order = epoch_order(len(pieces), epoch=epoch, seed=self._seed or 0, shuffle=self._seed is not None)
         return [pieces[k] for k in order]
 
     def _check_share(self) -> int:
         """Raise on the driver if this rank would read nothing; return the in-memory size estimate."""
-        manifest, _ = self._listing.get()
+        manifest = self._source.manifest
         if self._parquet:
             pieces = self._parquet_share(0)
             if not pieces:
@@ -230,7 +205,7 @@ class UCVolumeDatasource(Datasource):
                     f"rank {self._rank} of {self._world_size} gets no rows of {manifest.root}: "
                     "use equalize='pad', or fewer ranks"
                 )
-            return sum(read_tasks.piece_bytes(p) for p in pieces)
+            return sum(task_plan.piece_bytes(p) for p in pieces)
         items = self._files_share(0)
         if not items:
             raise OptionError(
@@ -242,21 +217,21 @@ class UCVolumeDatasource(Datasource):
     def _row_bytes(self, manifest: Manifest, i: int) -> int:
         """Arrow bytes of file `i`'s row: its strings, its size, its contents when asked."""
         rel = manifest.paths[i]
-        n = _ROW_BYTES + len(self._source.cache_dir) + _ENTRY_PREFIX + len(rel) - rel.rfind("/") - 1
+        n = _ROW_BYTES + entry_path_length(self._tasks.cache_dir, rel[rel.rfind("/") + 1:])
         if self._include_paths:
             n += len(manifest.root) + 1 + len(rel)
         return n + manifest.sizes[i] * self._include_bytes
 
     def _file_tasks(self, epoch: int, parallelism: int, row_limit: int | None, block_bytes: int) -> list[ReadTask]:
-        manifest, _ = self._listing.get()
+        manifest = self._source.manifest
         items = self._files_share(epoch)
         schema = files_schema(include_paths=self._include_paths, contents_type=self._contents_type)
-        parts = read_tasks.task_count(len(items), parallelism, min_per_task=read_tasks.MIN_FILES_PER_TASK)
+        parts = task_plan.task_count(len(items), parallelism, min_per_task=task_plan.MIN_FILES_PER_TASK)
         tasks = []
-        for group in read_tasks.groups([manifest.sizes[i] for i in items], parts):
+        for group in task_plan.groups([manifest.sizes[i] for i in items], parts):
             chosen = [items[p] for p in group]
             rows = [(manifest.paths[i], manifest.sizes[i], manifest.mtimes[i]) for i in chosen]
-            read_fn = files_read_fn(self._source, rows, include_paths=self._include_paths,
+            read_fn = files_read_fn(self._tasks, rows, include_paths=self._include_paths,
                                     contents_type=self._contents_type, max_block_bytes=block_bytes,
                                     max_block_rows=row_limit)
             meta = BlockMetadata(num_rows=len(rows), size_bytes=sum(self._row_bytes(manifest, i) for i in chosen),
@@ -265,20 +240,20 @@ class UCVolumeDatasource(Datasource):
         return tasks
 
     def _parquet_tasks(self, epoch: int, parallelism: int, row_limit: int | None) -> list[ReadTask]:
-        manifest, _ = self._listing.get()
+        manifest = self._source.manifest
         pieces = self._parquet_share(epoch)
         columns = self._get_data_columns()
         schema = self.schema()
-        parts = read_tasks.task_count(len(pieces), parallelism)
+        parts = task_plan.task_count(len(pieces), parallelism)
         tasks = []
-        for group in read_tasks.groups([read_tasks.piece_bytes(p) for p in pieces], parts):
-            files, local = read_tasks.localize([pieces[k] for k in group])
+        for group in task_plan.groups([task_plan.piece_bytes(p) for p in pieces], parts):
+            files, local = task_plan.localize([pieces[k] for k in group])
             rows = [(manifest.paths[i], manifest.sizes[i], manifest.mtimes[i]) for i in files]
-            read_fn = parquet_read_fn(self._source, rows, local, columns=columns,
+            read_fn = parquet_read_fn(self._tasks, rows, local, columns=columns,
                                       include_paths=self._include_paths and (columns is None or "path" in columns))
             meta = BlockMetadata(
                 num_rows=sum(p.num_rows for p in local),
-                size_bytes=int(sum(read_tasks.piece_bytes(p) for p in local)),
+                size_bytes=int(sum(task_plan.piece_bytes(p) for p in local)),
                 input_files=[manifest.volume_path(i) for i in files], exec_stats=None,
             )
             tasks.append(ReadTask(read_fn, meta, schema=schema, per_task_row_limit=row_limit))
@@ -318,15 +293,12 @@ def read_uc_volume(
         >>> ds.map_batches(decode).iter_torch_batches(batch_size=64)  # doctest: +SKIP
     """
     ray_args = ("override_num_blocks", "concurrency", "num_cpus", "num_gpus", "memory", "columns")
-    reject_unknown({k: v for k, v in options.items() if k not in datasource_options()},
-                   datasource_options() + ray_args)
-    if override_num_blocks is not None and (not isinstance(override_num_blocks, int) or override_num_blocks < 1):
-        raise OptionError(f"override_num_blocks={override_num_blocks!r}: give a whole number >= 1")
+    check.reject_unknown([k for k in options if k not in datasource_options()], datasource_options() + ray_args,
+                         what="read_uc_volume")
+    check.whole("override_num_blocks", override_num_blocks, low=1, optional=True)
     source = UCVolumeDatasource(path, **options)
     if columns is not None:
-        names = source.schema().names
-        if isinstance(columns, str) or not columns or any(c not in names for c in columns):
-            raise OptionError(f"columns={columns!r}: give a non-empty list of the rows' columns, {names}")
+        check_columns(columns, source.schema().names)
     ds = ray.data.read_datasource(
         source, override_num_blocks=override_num_blocks or _default_num_blocks(), concurrency=concurrency,
         num_cpus=num_cpus, num_gpus=num_gpus, memory=memory,
@@ -346,17 +318,6 @@ def datasource_options() -> tuple[str, ...]:
     return tuple(p.name for p in params if p.kind is inspect.Parameter.KEYWORD_ONLY)
 
 
-def reject_unknown(unknown: dict, known: Sequence[str]) -> None:
-    """Raise `OptionError` naming each unknown option and the closest known one."""
-    if not unknown:
-        return
-    hints = []
-    for name in unknown:
-        close = difflib.get_close_matches(name, known, n=1)
-        hints.append(f"{name!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
-    raise OptionError(f"unknown option {', '.join(hints)}; the options are: {', '.join(sorted(known))}")
-
-
 def _shuffle_seed(shuffle: Shuffle) -> tuple[int | None, bool]:
     """(seed, reseed every execution) for a Ray-style `shuffle` argument; seed None: no shuffle."""
     if shuffle is None or shuffle is False:
@@ -368,54 +329,3 @@ def _shuffle_seed(shuffle: Shuffle) -> tuple[int | None, bool]:
             return random.randrange(2**32), True
         return shuffle.seed, shuffle.reseed_after_execution
     raise OptionError(f"shuffle={shuffle!r}: give None, 'files' or a ray.data.FileShuffleConfig")
-
-
-def _with_extensions(manifest: Manifest, extensions: Sequence[str] | None) -> Manifest:
-    if extensions is None:
-        return manifest
-    if isinstance(extensions, str):
-        extensions = [extensions]
-    suffixes = tuple("." + e.lower().lstrip(".") for e in extensions)
-    rows = [r for r in zip(manifest.paths, manifest.sizes, manifest.mtimes) if r[0].lower().endswith(suffixes)]
-    if not rows:
-        raise EmptyVolumeError(
-            f"{manifest.root} holds {len(manifest)} files but none with extension {list(extensions)}: "
-            "check file_extensions="
-        )
-    return Manifest.build(manifest.root, rows)
-
-
-def _is_parquet(manifest: Manifest, mode: Mode) -> bool:
-    if mode == "files":
-        return False
-    if mode == "parquet":
-        if not all(p.lower().endswith(".parquet") for p in manifest.paths):
-            other = next(p for p in manifest.paths if not p.lower().endswith(".parquet"))
-            raise OptionError(
-                f"mode='parquet' but {manifest.root} holds other files ({other}): select the Parquet "
-                "files with file_extensions=['parquet'] or include="
-            )
-        return True
-    return tabular.is_parquet_tree(manifest)
-
-
-class _Shared:
-    """A value that travels through Ray's object store, not inside every pickled copy.
-
-    The listing can hold millions of rows; a Dataset handed to Ray Train or to
-    an actor would otherwise carry it inline (Ray's own file datasources do the same).
-    """
-
-    def __init__(self, value: Any) -> None:
-        self._value = value
-        self._ref = None
-
-    def get(self) -> Any:
-        if self._value is None:
-            self._value = ray.get(self._ref)
-        return self._value
-
-    def __getstate__(self) -> dict:
-        if self._ref is None and ray.is_initialized():
-            self._ref = ray.put(self._value)
-        return {"_value": None if self._ref is not None else self._value, "_ref": self._ref}

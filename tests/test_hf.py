@@ -281,7 +281,7 @@ def test_parquet_rows_with_partition_columns(volume, hf_cache):
 
 
 def test_splits_come_from_split_folders_or_hub_shard_names():
-    from air_hf.splits import by_split
+    from air_hf.split_layout import by_split
 
     assert by_split(["a.bin", "c_test.bin", "runs/eval-3/x.bin"]) == {"train": [0, 1, 2]}  # no keyword guessing
     layout = ["test/cat/1.jpg", "train/cat/2.jpg", "valid/dog/3.jpg", "dev/dog/4.jpg", "train/dog/5.jpg"]

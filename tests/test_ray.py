@@ -20,7 +20,8 @@ from ray.data import DataContext, FileShuffleConfig  # noqa: E402
 
 from air_core.errors import EmptyVolumeError, OptionError, VolumePathError  # noqa: E402
 from air_core.tabular import ParquetError  # noqa: E402
-from air_ray import UCVolumeDatasource, read_tasks, read_uc_volume  # noqa: E402
+import air_core.source  # noqa: E402
+from air_ray import UCVolumeDatasource, read_uc_volume, task_plan  # noqa: E402
 from conftest import ROOT, torchrun  # noqa: E402
 
 SCRIPTS = Path(__file__).parent / "scripts"
@@ -84,10 +85,10 @@ def test_bytes_stay_binary_unless_a_file_needs_large_binary(volume):
 
 
 def test_binary_blocks_close_before_2_gib():
-    assert read_tasks.binary_block_bytes(128 << 20, 5 << 20) == 128 << 20
+    assert task_plan.binary_block_bytes(128 << 20, 5 << 20) == 128 << 20
     # A block closes once it holds the limit; with its last file it still fits 32-bit offsets.
-    limit = read_tasks.binary_block_bytes(4 << 30, 1 << 30)
-    assert limit + (1 << 30) - 1 <= read_tasks.BINARY_BYTES
+    limit = task_plan.binary_block_bytes(4 << 30, 1 << 30)
+    assert limit + (1 << 30) - 1 <= task_plan.BINARY_BYTES
 
 
 def test_read_tasks_are_byte_balanced_deterministic_and_carry_only_their_rows(volume):
@@ -112,24 +113,24 @@ def test_read_tasks_are_byte_balanced_deterministic_and_carry_only_their_rows(vo
 
 
 def test_task_count_and_groups_are_pure_and_bounded():
-    assert read_tasks.task_count(0, 8) == 0
-    assert read_tasks.task_count(3, 8) == 3
-    assert read_tasks.task_count(2000, 200, min_per_task=64) == 31
-    assert read_tasks.task_count(10, 200, min_per_task=64) == 1
-    groups = read_tasks.groups([5, 1, 9, 3, 7, 2], 3)
+    assert task_plan.task_count(0, 8) == 0
+    assert task_plan.task_count(3, 8) == 3
+    assert task_plan.task_count(2000, 200, min_per_task=64) == 31
+    assert task_plan.task_count(10, 200, min_per_task=64) == 1
+    groups = task_plan.groups([5, 1, 9, 3, 7, 2], 3)
     assert sorted(p for g in groups for p in g) == list(range(6))
     assert all(g == sorted(g) for g in groups) and len(groups) == 3
-    assert read_tasks.groups([4], 3) == [[0]]
+    assert task_plan.groups([4], 3) == [[0]]
 
 
 def test_parquet_pieces_carry_only_their_files():
-    from air_core.tabular import RowGroup, RowSlice
+    from air_core import RowGroup, RowSlice
 
     a, b = RowGroup(7, 0, 100, 1000), RowGroup(3, 1, 100, 1000)
-    files, local = read_tasks.localize([RowSlice(a, 50, 100), b, RowGroup(7, 1, 10, 10)])
+    files, local = task_plan.localize([RowSlice(a, 50, 100), b, RowGroup(7, 1, 10, 10)])
     assert files == [7, 3]
     assert local == [RowSlice(RowGroup(0, 0, 100, 1000), 50, 100), RowGroup(1, 1, 100, 1000), RowGroup(0, 1, 10, 10)]
-    assert read_tasks.piece_bytes(local[0]) == 500 and read_tasks.piece_bytes(b) == 1000
+    assert task_plan.piece_bytes(local[0]) == 500 and task_plan.piece_bytes(b) == 1000
 
 
 @pytest.mark.parametrize("equalize", ["none", "drop", "pad"])
@@ -158,11 +159,12 @@ def test_shuffle_follows_rays_file_shuffle_config(volume, ray_cluster, ordered):
     assert [r["path"] for r in plain.take_all()] == [r["path"] for r in plain.take_all()]
 
 
-def test_the_listing_travels_through_the_object_store(volume, ray_cluster):
+def test_the_listing_travels_as_a_file_not_inside_the_datasource(volume, ray_cluster):
     volume.files("d", 300)
     source = UCVolumeDatasource(volume.path("d"))
     pickled = cloudpickle.dumps(source)
-    assert len(pickled) < len(cloudpickle.dumps(source._listing.get())) / 4
+    assert len(pickled) < len(cloudpickle.dumps(source._source.manifest)) / 4
+    air_core.source._memo.clear()  # as in a process that never saw the listing
     copy = cloudpickle.loads(pickled)
     assert sum(t.metadata.num_rows for t in copy.get_read_tasks(2)) == 300
 

@@ -20,7 +20,7 @@ import torch.distributed
 import torch.utils.data
 
 from ..errors import StateError
-from ..grid import detect_rank
+from ..dist import detect_rank, process_group
 from . import state as state_mod
 from .dataset import UCVolumeDataset
 from .timing import FetchTimings, active_run_id
@@ -30,13 +30,6 @@ SINGLE_PROCESS_WORKERS = 48
 PREFETCH_FACTOR = 4
 
 
-def _dist():
-    """torch.distributed when a process group is up, else None."""
-    if torch.distributed.is_available() and torch.distributed.is_initialized():
-        return torch.distributed
-    return None
-
-
 def default_num_workers() -> int:
     """6 workers per rank under torch.distributed, 48 for a lone process; never more than the cores allow.
 
@@ -44,8 +37,8 @@ def default_num_workers() -> int:
     beyond the cores given to this rank only add processes.
     """
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    dist = _dist()
-    if dist is not None and dist.get_world_size() > 1:
+    group = process_group()
+    if group is not None and group.get_world_size() > 1:
         ranks_here = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
         return max(1, min(DISTRIBUTED_WORKERS, cpus // max(1, ranks_here)))
     return max(1, min(SINGLE_PROCESS_WORKERS, cpus))
@@ -112,10 +105,10 @@ class _Pass:
 class _LoaderIterator:
     """Times each `next()`, strips the position tags, and records what was delivered."""
 
-    def __init__(self, inner: Iterator, loader: "DataLoader", run: _Pass | None) -> None:
+    def __init__(self, inner: Iterator, loader: "DataLoader", epoch_pass: _Pass | None) -> None:
         self._inner = inner
         self._loader = loader
-        self._pass = run
+        self._pass = epoch_pass
         self._timings = FetchTimings(detect_rank()[0], active_run_id())
         self._returned_at: float | None = None
 
@@ -263,10 +256,10 @@ class DataLoader(torch.utils.data.DataLoader):
 
     @staticmethod
     def _gather(local: dict) -> list[dict]:
-        dist = _dist()
-        if dist is not None and dist.get_world_size() > 1:
-            reports: list = [None] * dist.get_world_size()
-            dist.all_gather_object(reports, local)
+        group = process_group()
+        if group is not None and group.get_world_size() > 1:
+            reports: list = [None] * group.get_world_size()
+            group.all_gather_object(reports, local)
             return reports
         if detect_rank()[1] > 1:
             raise StateError(

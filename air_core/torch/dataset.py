@@ -6,8 +6,8 @@ from typing import Any, Iterator, Protocol, Sequence, runtime_checkable
 
 import torch.utils.data
 
-from .. import plan as plan_mod
 from ..manifest import Manifest
+from ..plan import Balance, Equalize
 from ..stream import DEFAULT_PREFETCH, DEFAULT_PREFETCH_BYTES, FileStream
 
 
@@ -80,8 +80,8 @@ class UCVolumeDataset(torch.utils.data.IterableDataset):
         exclude: str | Sequence[str] | None = None,
         shuffle: bool = False,
         seed: int = 0,
-        balance: plan_mod.Balance = "bytes",
-        equalize: plan_mod.Equalize = "none",
+        balance: Balance = "bytes",
+        equalize: Equalize = "none",
         cache_dir: str | None = None,
         cache_limit: int | None = None,
         fetch_threads: int | None = None,

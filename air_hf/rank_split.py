@@ -7,8 +7,7 @@ from typing import TypeVar
 import datasets
 from datasets.distributed import split_dataset_by_node
 
-from air_core.errors import OptionError
-from air_core.grid import detect_rank
+from air_core import OptionError, detect_rank
 
 D = TypeVar("D", datasets.Dataset, datasets.IterableDataset)
 

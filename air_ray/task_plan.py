@@ -5,8 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Sequence
 
-from air_core.plan import snake
-from air_core.tabular import RowGroup, RowSlice, unit_of
+from air_core import RowGroup, RowSlice, snake, unit_of
 
 # A read task fetches its files on many threads at once; below this many files
 # a task costs more to schedule and to warm up than its reads take.
@@ -40,7 +39,7 @@ def binary_block_bytes(block_bytes: int, largest: int) -> int:
 def groups(weights: Sequence[int], parts: int) -> list[list[int]]:
     """Positions 0..len(weights)-1 dealt into `parts` weight-balanced groups, each in order.
 
-    The deal is `air_core.plan.snake`: item counts within one of each other,
+    The deal is `air_core.snake`: item counts within one of each other,
     weights within the largest item. Empty groups are left out.
     """
     if parts < 1 or not weights:

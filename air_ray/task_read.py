@@ -15,19 +15,18 @@ from typing import Callable, Iterator, Sequence
 import numpy as np
 import pyarrow as pa
 
-from air_core.cache import Cache
-from air_core.errors import FetchError
-from air_core.manifest import Manifest
-from air_core.stream import DEFAULT_PREFETCH, CachedFile, read_items
-from air_core.tabular import RowGroup, RowSlice, read_units, unit_of
+from air_core import (
+    DEFAULT_PREFETCH, Cache, CachedFile, FetchError, Manifest, RowGroup, RowSlice, read_items, unit_of,
+)
+from air_core.tabular import read_units
 
-from .read_tasks import BINARY_BYTES, binary_block_bytes
+from .task_plan import BINARY_BYTES, binary_block_bytes
 
 Row = tuple[str, int, int]  # (path relative to the root, size, mtime_ns)
 
 
 @dataclass(frozen=True)
-class Source:
+class TaskSource:
     """Where a task reads from and caches to, as the driver resolved it."""
 
     root: str
@@ -51,7 +50,7 @@ def bytes_type(largest: int) -> pa.DataType:
     """The `bytes` column's type for files of at most `largest` bytes.
 
     `binary` (32-bit offsets) whenever a block can be kept under its 2 GiB by
-    closing it early (see `read_tasks.binary_block_bytes`): pyarrow turns it
+    closing it early (see `task_plan.binary_block_bytes`): pyarrow turns it
     into Python bytes several times faster than `large_binary`, which is left
     for files over 1 GiB.
     """
@@ -70,7 +69,7 @@ def files_schema(*, include_paths: bool, contents_type: pa.DataType | None) -> p
     return pa.schema(fields)
 
 
-def files_read_fn(source: Source, rows: Sequence[Row], *, include_paths: bool, contents_type: pa.DataType | None,
+def files_read_fn(source: TaskSource, rows: Sequence[Row], *, include_paths: bool, contents_type: pa.DataType | None,
                   max_block_bytes: int, max_block_rows: int | None = None) -> Callable[[], Iterator[pa.Table]]:
     """A read task's function for files mode: one row per file, with its contents as `contents_type`.
 
@@ -112,7 +111,7 @@ def files_read_fn(source: Source, rows: Sequence[Row], *, include_paths: bool, c
     return read_uc_volume_files
 
 
-def parquet_read_fn(source: Source, rows: Sequence[Row], pieces: Sequence[RowGroup | RowSlice], *,
+def parquet_read_fn(source: TaskSource, rows: Sequence[Row], pieces: Sequence[RowGroup | RowSlice], *,
                     columns: list[str] | None, include_paths: bool) -> Callable[[], Iterator[pa.Table]]:
     """A read task's function for Parquet mode: one table per row group (or row range).
 

@@ -1,0 +1,215 @@
+"""What a front door reads: a volume folder (or a Delta table's export) resolved once, for every process.
+
+`resolve_source` turns what a user gives (a path, globs, extensions, a mode, a Delta
+table) into a `Source`: the folder actually read, its mode ("files": a row
+per file; "parquet": the tables' rows, row group by row group), its listing
+(made once per job, see `dist.list_once`) and, in Parquet mode, its row
+groups and schema. Every front door (`FileStream`, the `uc-volume` builder,
+`UCVolumeDatasource`) resolves through here, so they accept and refuse the
+same things with the same words.
+
+A `Source` is small when pickled: it carries the path, the selection and the
+name of a file in the node cache folder that holds its listing, so spawned
+DataLoader workers, Ray tasks and `@distributed` functions load the listing
+there (once per process) instead of receiving it inline. A process on
+another machine, where that file is not, lists the folder again and checks
+that it found the same files.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Any, Literal, Sequence
+
+from . import dist, options, volume
+from .cache import Cache
+from .errors import EmptyVolumeError, ManifestMismatchError, OptionError
+from .manifest import Manifest, list_folder
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from .row_plan import RowGroup
+
+Mode = Literal["auto", "files", "parquet"]
+MODES = ("auto", "files", "parquet")
+Globs = str | Sequence[str] | None
+
+_MEMO_SIZE = 4
+_memo: dict[str, dict[str, Any]] = {}  # by fingerprint: the listing, row groups and schema this process holds
+
+
+class Source:
+    """A resolved source; make one with `resolve_source`.
+
+    Attributes:
+        path: the volume folder read (for a Delta table, its export's own folder).
+        mode: "files" or "parquet".
+        fingerprint: the listing's fingerprint: two sources with the same one read the same files.
+    """
+
+    def __init__(self, path: str, mode: str, manifest: Manifest, selection: dict, cache_dir: str | None) -> None:
+        self.path, self.mode, self.fingerprint = path, mode, manifest.fingerprint
+        self._selection, self._cache_dir = selection, cache_dir
+        self._listing_file: str | None = None
+        _remember(self.fingerprint, manifest=manifest)
+
+    def __repr__(self) -> str:
+        return f"Source({self.path!r}, mode={self.mode!r}, fingerprint={self.fingerprint!r})"
+
+    @property
+    def manifest(self) -> Manifest:
+        """The listing every rank and worker plans from."""
+        held = _memo.get(self.fingerprint, {}).get("manifest")
+        if held is not None:
+            return held
+        if self._listing_file and os.path.exists(self._listing_file):
+            manifest = Manifest.load(self._listing_file)
+        else:  # another machine: list again, and insist on the same files
+            manifest = list_folder(self.path, **self._selection)
+            if manifest.fingerprint != self.fingerprint:
+                raise ManifestMismatchError(
+                    f"{self.path} changed since it was listed (fingerprint {self.fingerprint}, now "
+                    f"{manifest.fingerprint}): every process must read the same files; make the dataset again"
+                )
+        return _remember(self.fingerprint, manifest=manifest)["manifest"]
+
+    def units(self) -> list[RowGroup]:
+        """Parquet mode: every row group of every file, in listing order (footers read once per process)."""
+        held = _memo.get(self.fingerprint, {})
+        if "units" not in held:
+            from . import tabular
+
+            held = _remember(self.fingerprint, units=tabular.parquet_units(self.manifest))
+        return held["units"]
+
+    def schema(self) -> pa.Schema:
+        """Parquet mode: the tables' schema, hive partition columns appended as strings."""
+        held = _memo.get(self.fingerprint, {})
+        if "schema" not in held:
+            from . import tabular
+
+            held = _remember(self.fingerprint, schema=tabular.schema(self.manifest, self.units()))
+        return held["schema"]
+
+    def __getstate__(self) -> dict:
+        if self._listing_file is None:
+            self._listing_file = _save(self.manifest, self._cache_dir)
+        return dict(self.__dict__)
+
+
+def resolve_source(
+    path: str,
+    *,
+    mode: Mode = "auto",
+    include: Globs = None,
+    exclude: Globs = None,
+    file_extensions: Sequence[str] | None = None,
+    delta_table: str | None = None,
+    delta_version: int | None = None,
+    spark: Any = None,
+    cache_dir: str | None = None,
+    manifest: Manifest | None = None,
+) -> Source:
+    """Resolve what to read: path and selection -> mode -> Delta export -> listing -> row groups.
+
+    Args:
+        path: a volume folder, `/Volumes/c/s/v/...` or `dbfs:/Volumes/...`;
+            with `delta_table`, where the table is exported.
+        mode: "auto" ("parquet" when every file is `.parquet`, "files" when
+            none is, an error for a mix), "files" or "parquet".
+        include: glob(s) of files to keep, relative to `path` (`*` crosses `/`).
+        exclude: glob(s) of files to leave out.
+        file_extensions: keep only files with these extensions (case-insensitive).
+        delta_table, delta_version, spark: export this Delta table (at this
+            version; through this Spark session when given) to `path` as
+            Parquet, then read that export; an export of the same version is reused.
+        cache_dir: the node cache folder that keeps the listing for other
+            processes (default: `air_core.default_dir()`, where it is saved).
+        manifest: a listing of `path` to use instead of listing it.
+
+    Raises:
+        VolumePathError, EmptyVolumeError, OptionError, ParquetError, TableError:
+        on the calling process, before any data is read.
+    """
+    options.choice("mode", mode, MODES)
+    path = volume.parse(path).path
+    if delta_table is not None:
+        if mode == "files":
+            raise OptionError("delta_table= exports the table's rows as Parquet: leave mode unset, "
+                              "or give mode='parquet'")
+        if manifest is not None:
+            raise OptionError("manifest= lists a folder, delta_table= exports one: give one of them")
+        from .delta import export_delta  # the `delta` extra
+
+        # The export's own folder, not `path`: it stays put while a newer export replaces `path`.
+        path, mode = export_delta(delta_table, path, spark=spark, version=delta_version).path, "parquet"
+    elif delta_version is not None or spark is not None:
+        raise OptionError("delta_version= and spark= go with delta_table=: name the table to export")
+    selection = {"include": include, "exclude": exclude, "extensions": _extensions(file_extensions)}
+    if manifest is None:
+        manifest = dist.list_once(lambda: list_folder(path, **selection))
+    else:
+        if manifest.root != path:
+            raise OptionError(f"manifest= lists {manifest.root}, not {path}")
+        dist.check_same(manifest)
+    mode = _mode(manifest, mode)
+    source = Source(path, mode, manifest, selection, cache_dir)
+    if mode == "parquet" and not sum(u.num_rows for u in source.units()):
+        raise EmptyVolumeError(f"{path} holds Parquet files but no rows")
+    return source
+
+
+def check_columns(columns: Any, names: Sequence[str]) -> None:
+    """Refuse a `columns=` selection that is not a non-empty list of some of `names`."""
+    if (isinstance(columns, str) or not isinstance(columns, (list, tuple)) or not columns
+            or any(c not in names for c in columns)):
+        raise OptionError(f"columns={columns!r}: give a non-empty list of the rows' columns, {list(names)}")
+
+
+def _extensions(extensions: Sequence[str] | None) -> tuple[str, ...] | None:
+    if extensions is None:
+        return None
+    if isinstance(extensions, str):
+        extensions = [extensions]
+    return tuple(e.lower().lstrip(".") for e in extensions)
+
+
+def _mode(manifest: Manifest, mode: str) -> str:
+    """The mode to read in: the one given, checked against the files, or the one their names say."""
+    parquet = [p.lower().endswith(".parquet") for p in manifest.paths]
+    if mode == "files" or (mode == "auto" and not any(parquet)):
+        return "files"
+    if all(parquet):
+        return "parquet"
+    first = next(p for p, f in zip(manifest.paths, parquet) if f) if any(parquet) else None
+    other = next(p for p, f in zip(manifest.paths, parquet) if not f)
+    select = "select the Parquet files with include='*.parquet' or file_extensions=['parquet']"
+    if mode == "parquet":
+        raise OptionError(f"mode='parquet' but {manifest.root} holds other files ({other}): {select}")
+    raise OptionError(
+        f"{manifest.root} mixes Parquet files ({first}) with other files ({other}): {select}, "
+        "or read every file as a row with mode='files'"
+    )
+
+
+def _remember(fingerprint: str, **found: Any) -> dict[str, Any]:
+    held = _memo.pop(fingerprint, {})
+    held.update(found)
+    _memo[fingerprint] = held
+    while len(_memo) > _MEMO_SIZE:
+        del _memo[next(iter(_memo))]
+    return held
+
+
+def _save(manifest: Manifest, cache_dir: str | None) -> str:
+    """The listing as a file in the node cache folder, named for its contents (written once)."""
+    folder = os.path.join(Cache(cache_dir).root, "manifests")  # the cache makes its folder private
+    os.makedirs(folder, mode=0o700, exist_ok=True)
+    file = os.path.join(folder, f"{manifest.fingerprint}.json.gz")
+    if not os.path.exists(file):
+        manifest.save(file)
+    return file
+
+
+__all__ = ["MODES", "Mode", "Source", "check_columns", "resolve_source"]

@@ -1,0 +1,148 @@
+"""One way in: every front door resolves what it reads through `air_core.resolve_source`, so the same
+input gets the same rows, or the same error, from FileStream, the uc-volume builder and UCVolumeDatasource."""
+
+from __future__ import annotations
+
+import os
+import pickle
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from datasets import load_dataset
+
+import air_core.source
+import air_hf  # noqa: F401  (registers uc-volume)
+from air_core import (
+    EmptyVolumeError, FileStream, ManifestMismatchError, OptionError, ParquetError, resolve_source,
+)
+from air_ray import UCVolumeDatasource
+
+
+def open_stream(path: str, **options):
+    return FileStream(path, **options)
+
+
+def open_hf(path: str, **options):
+    return load_dataset("uc-volume", data_dir=path, split="train", streaming=True, **options)
+
+
+def open_ray(path: str, **options):
+    return UCVolumeDatasource(path, **options)
+
+
+DOORS = {"stream": open_stream, "hf": open_hf, "ray": open_ray}
+
+
+def write_parquet(volume, rel: str, ids) -> None:
+    volume.local(rel).parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.table({"id": list(ids), "x": [float(i) for i in ids]}), volume.local(rel))
+
+
+def files(volume):
+    volume.files("d", 4)
+    return volume.path("d")
+
+
+def mixed(volume):
+    write_parquet(volume, "m/a.parquet", range(3))
+    volume.write("m/notes.txt", "hi")
+    return volume.path("m")
+
+
+def empty(volume):
+    volume.local("empty").mkdir()
+    return volume.path("empty")
+
+
+def table(volume):
+    write_parquet(volume, "t/a.parquet", range(3))
+    return volume.path("t")
+
+
+CASES = [
+    # (folder, options, doors that take these options, error, words in the message)
+    (files, {"mode": "parquet"}, ("hf", "ray"), OptionError, "mode='parquet' but"),
+    (mixed, {}, ("hf", "ray"), OptionError, "mixes Parquet files"),
+    (files, {"mode": "rows"}, ("hf", "ray"), OptionError, "mode='rows': choose one of"),
+    (files, {"delta_version": 3}, ("hf", "ray"), OptionError, "go with delta_table="),
+    (files, {"delta_table": "/tmp/t", "mode": "files"}, ("hf", "ray"), OptionError, "leave mode unset"),
+    (files, {"file_extensions": ["jpg"]}, ("hf", "ray"), EmptyVolumeError, "file_extensions=['jpg']"),
+    (files, {"include": "*.jpg"}, ("stream", "hf", "ray"), EmptyVolumeError, "holds no file matching"),
+    (empty, {}, ("stream", "hf", "ray"), EmptyVolumeError, "holds no file"),
+    (files, {"equalize": "even"}, ("stream", "hf", "ray"), OptionError, "equalize='even': choose one of"),
+    (files, {"fetch_threads": 0}, ("stream", "hf", "ray"), OptionError, "fetch_threads=0: give a whole number"),
+    (table, {"columns": ["nope"]}, ("hf",), OptionError, "give a non-empty list of the rows' columns, ['id', 'x']"),
+]
+
+
+@pytest.mark.parametrize("door, folder, options, error, words", [
+    (door, folder, options, error, words) for folder, options, doors, error, words in CASES for door in doors
+], ids=[f"{door}-{c[0].__name__}-{'-'.join(c[1]) or 'plain'}" for c in CASES for door in c[2]])
+def test_front_doors_refuse_the_same_input_with_the_same_words(volume, tmp_path, door, folder, options, error,
+                                                               words):
+    extra = {"cache_dir": str(tmp_path / "hf")} if door == "hf" else {}
+    with pytest.raises(error) as e:
+        DOORS[door](folder(volume), **options, **extra)
+    assert words in str(e.value)
+
+
+@pytest.mark.parametrize("door", ["hf", "ray"])
+def test_unknown_options_are_named_with_the_closest_known_one(volume, tmp_path, door):
+    extra = {"cache_dir": str(tmp_path / "hf")} if door == "hf" else {}
+    with pytest.raises(OptionError, match="unknown option 'fil_extensions' \\(did you mean 'file_extensions'\\?\\)"):
+        DOORS[door](files(volume), fil_extensions=["bin"], **extra)
+
+
+def test_file_extensions_select_the_same_files_in_hf_and_ray(volume, tmp_path):
+    volume.files("d", 6)
+    volume.write("d/class0/notes.TXT", "x")
+    volume.write("d/class1/more.txt", "y")
+    hf = open_hf(volume.path("d"), file_extensions=["txt"], cache_dir=str(tmp_path / "hf"))
+    ray_source = open_ray(volume.path("d"), file_extensions=[".TXT"])
+    expected = [volume.path("d/class0/notes.TXT"), volume.path("d/class1/more.txt")]
+    assert sorted(r["path"] for r in hf) == expected
+    assert [ray_source._source.manifest.volume_path(i) for i in range(2)] == expected
+
+
+def test_a_source_travels_small_and_finds_its_listing_in_the_node_cache(volume):
+    volume.files("d", 300)
+    source = resolve_source(volume.path("d"))
+    blob = pickle.dumps(source)
+    assert len(blob) < 2_000
+    assert os.listdir(os.path.join(os.environ["AIR_CACHE_DIR"], "manifests")) == [f"{source.fingerprint}.json.gz"]
+    air_core.source._memo.clear()  # as in a spawned worker
+    clone = pickle.loads(blob)
+    assert clone.mode == "files" and clone.manifest == source.manifest
+
+
+def test_a_source_without_its_listing_file_lists_again_and_insists_on_the_same_files(volume):
+    volume.files("d", 5)
+    blob = pickle.dumps(resolve_source(volume.path("d"), include="*.bin"))
+    for f in os.scandir(os.path.join(os.environ["AIR_CACHE_DIR"], "manifests")):
+        os.unlink(f.path)  # as on another machine
+    air_core.source._memo.clear()
+    assert len(pickle.loads(blob).manifest) == 5
+    air_core.source._memo.clear()
+    volume.write("d/class0/new.bin", b"new")
+    with pytest.raises(ManifestMismatchError, match="changed since it was listed"):
+        pickle.loads(blob).manifest
+
+
+def test_parquet_sources_read_their_footers_once_per_process(volume, monkeypatch):
+    write_parquet(volume, "t/a.parquet", range(5))
+    write_parquet(volume, "t/b.parquet", range(5, 9))
+    source = resolve_source(volume.path("t"))
+    assert source.mode == "parquet" and sum(u.num_rows for u in source.units()) == 9
+    monkeypatch.setattr(air_core.tabular, "parquet_units", lambda *a, **k: pytest.fail("footers read again"))
+    assert source.schema().names == ["id", "x"] and len(source.units()) == 2
+
+
+def test_parquet_without_rows_and_unreadable_parquet_are_refused_when_resolving(volume):
+    volume.local("none").mkdir()
+    pq.write_table(pa.table({"id": pa.array([], pa.int64())}), volume.local("none/a.parquet"))
+    with pytest.raises(EmptyVolumeError, match="holds Parquet files but no rows"):
+        resolve_source(volume.path("none"))
+    volume.write("bad/a.parquet", b"not parquet")
+    with pytest.raises(ParquetError, match="a.parquet is not a readable Parquet file"):
+        resolve_source(volume.path("bad"))
