@@ -34,6 +34,7 @@ class RowSlice:
 
     @property
     def num_rows(self) -> int:
+        """Rows in the range."""
         return self.stop - self.start
 
 

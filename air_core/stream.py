@@ -195,6 +195,7 @@ class FileStream:
 
     @property
     def epoch(self) -> int:
+        """The epoch the next pass reads (see `set_epoch`)."""
         return self._epoch
 
     def grid(self) -> Grid:
