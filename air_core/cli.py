@@ -26,7 +26,7 @@ def _stage(args: argparse.Namespace) -> None:
     from .manifest import list_folder
     from .stage import stage
 
-    total = sum(list_folder(args.src, include=args.include, exclude=args.exclude).sizes)
+    total = int(list_folder(args.src, include=args.include, exclude=args.exclude).sizes.sum())
     with tqdm(total=total, unit="B", unit_scale=True, desc="stage") as bar:
         result = stage(args.src, args.dst, threads=args.jobs, include=args.include, exclude=args.exclude,
                        on_file=bar.update)

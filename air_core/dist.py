@@ -18,7 +18,7 @@ import sys
 from typing import Any, Callable
 
 from .errors import ManifestMismatchError, OptionError
-from .manifest import Manifest
+from .manifest import Manifest, load_listing, save_listing
 
 
 def process_group() -> Any | None:
@@ -59,12 +59,17 @@ def detect_worker(worker: int | None = None, num_workers: int | None = None) -> 
     return (found[0] if worker is None else worker), (found[1] if num_workers is None else num_workers)
 
 
-def list_once(make: Callable[[], Manifest]) -> Manifest:
-    """The listing `make()` returns, made once per job: rank 0 lists and broadcasts under a process group.
+def list_once(make: Callable[[], Manifest], folder: str) -> Manifest:
+    """The listing `make()` returns, made once per job when a process group is up.
+
+    Rank 0 lists and saves the listing into `folder` (the node cache's), and
+    every rank maps that file: ranks on rank 0's machine share its pages, and
+    only ranks that cannot find the file (another machine, another cache
+    folder) receive the listing itself from rank 0. An error on rank 0 is
+    raised on every rank, which would otherwise wait on rank 0 for ever.
 
     Without a process group every rank lists for itself and `check_same`
-    compares the fingerprints through torchrun's rendezvous store. An error
-    on rank 0 is raised on every rank, which would otherwise hang on the broadcast.
+    compares the fingerprints through torchrun's rendezvous store.
     """
     group = process_group()
     if group is None or group.get_world_size() == 1:
@@ -72,15 +77,27 @@ def list_once(make: Callable[[], Manifest]) -> Manifest:
         check_same(m)
         return m
     box: list = [None]
+    mine: Manifest | None = None
     if group.get_rank() == 0:
         try:
-            box[0] = make()
+            mine = make()
+            box[0] = (save_listing(mine, folder), mine.fingerprint)
         except Exception as e:
             box[0] = e
     group.broadcast_object_list(box, src=0)
     if isinstance(box[0], Exception):
         raise box[0]
-    return box[0]
+    if mine is None:
+        mine = load_listing(*box[0])
+    missing: list = [None] * group.get_world_size()
+    group.all_gather_object(missing, mine is None)
+    if any(missing):
+        box = [mine if group.get_rank() == 0 else None]
+        group.broadcast_object_list(box, src=0)
+        if mine is None:
+            mine = box[0]
+            save_listing(mine, folder)  # for this machine's DataLoader workers
+    return mine
 
 
 _checks: dict[str, int] = {}

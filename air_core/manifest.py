@@ -1,48 +1,94 @@
-"""A sorted, fingerprinted listing of a volume folder: what every rank plans from.
+"""A sorted, fingerprinted listing of a volume folder, in flat arrays: what every rank plans from.
 
 FUSE listing is latency-bound (one round trip per folder), so folders are
 listed concurrently. Names starting with `.` or `_` are skipped at every level
 (`_delta_log`, `_SUCCESS`, `.ipynb_checkpoints`), as Spark and Ray do.
+
+A listing can hold 10^7 files, and every rank and DataLoader worker of a node
+plans from it, so it is not a list of Python objects: paths are one UTF-8
+blob with offsets, sizes and mtimes are int64 arrays. Saved to a file, it is
+memory-mapped by every process that loads it, so a node holds its pages once
+(in the page cache) however many processes read it. Python strings are made
+only for the paths a process asks for.
 """
 
 from __future__ import annotations
 
 import fnmatch
-import gzip
 import hashlib
 import json
+import mmap
 import os
+from collections.abc import Sequence as SequenceABC
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
-from dataclasses import dataclass
-from typing import Iterable, Sequence
+from typing import Iterable, Iterator, Sequence
+
+import numpy as np
+from tqdm import tqdm
 
 from . import volume
-from .errors import EmptyVolumeError
+from .errors import EmptyVolumeError, ManifestMismatchError
 
 LIST_THREADS = 32
+PROGRESS_AFTER_SECONDS = 2.0
+_MAGIC = b"AIRLIST1"
+_ALIGN = 64
 
 
-@dataclass(frozen=True)
+class Paths(SequenceABC):
+    """Relative paths, decoded from the listing's blob one at a time (or all at once with `tolist`)."""
+
+    def __init__(self, blob: np.ndarray, offsets: np.ndarray) -> None:
+        self._blob, self._offsets = blob, offsets
+
+    def __len__(self) -> int:
+        return len(self._offsets) - 1
+
+    def __getitem__(self, i):  # type: ignore[override]
+        if isinstance(i, slice):
+            return [self[k] for k in range(*i.indices(len(self)))]
+        if i < 0:
+            i += len(self)
+        return self._blob[self._offsets[i]:self._offsets[i + 1] - 1].tobytes().decode()
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.tolist())
+
+    def tolist(self) -> list[str]:
+        """Every path as a Python string (one decode and one split: fast, but 10^7 strings cost ~1 GB)."""
+        if not len(self):
+            return []
+        return self._blob[:-1].tobytes().decode().split("\0")
+
+
 class Manifest:
     """The files under `root`, sorted by relative path.
 
     Attributes:
         root: the listed folder as a volume path (`/Volumes/c/s/v/dir`).
-        paths: paths relative to `root`, `/`-separated, sorted.
-        sizes: sizes in bytes, aligned with `paths`.
-        mtimes: modification times in nanoseconds, aligned with `paths`.
+        paths: paths relative to `root`, `/`-separated, sorted (a lazy sequence of str).
+        sizes: sizes in bytes, aligned with `paths` (int64 array).
+        mtimes: modification times in nanoseconds, aligned with `paths` (int64 array).
         fingerprint: a digest of the root and of (path, size, mtime) for every
             file; two listings with the same fingerprint plan identically.
     """
 
-    root: str
-    paths: tuple[str, ...]
-    sizes: tuple[int, ...]
-    mtimes: tuple[int, ...]
-    fingerprint: str
+    def __init__(self, root: str, blob: np.ndarray, offsets: np.ndarray, sizes: np.ndarray, mtimes: np.ndarray,
+                 fingerprint: str | None = None) -> None:
+        self.root, self.sizes, self.mtimes = root, sizes, mtimes
+        self._blob, self._offsets = blob, offsets
+        self.paths = Paths(blob, offsets)
+        self.fingerprint = fingerprint or _digest(root, blob, offsets, sizes, mtimes)
 
     def __len__(self) -> int:
-        return len(self.paths)
+        return len(self.sizes)
+
+    def __eq__(self, other: object) -> bool:
+        return (isinstance(other, Manifest) and (self.root, self.fingerprint, len(self))
+                == (other.root, other.fingerprint, len(other)))
+
+    def __repr__(self) -> str:
+        return f"Manifest({self.root!r}, {len(self)} files, fingerprint={self.fingerprint!r})"
 
     def volume_path(self, i: int) -> str:
         """The volume path of item `i`."""
@@ -51,33 +97,86 @@ class Manifest:
     @classmethod
     def build(cls, root: str, entries: Iterable[tuple[str, int, int]]) -> "Manifest":
         """Make a manifest from (relative path, size, mtime_ns) triples in any order."""
-        rows = sorted(entries)
-        digest = hashlib.sha256(f"{root}\n".encode())  # a copy elsewhere is another listing
-        for rel, size, mtime in rows:
-            digest.update(f"{rel}\0{size}\0{mtime}\n".encode())
-        return cls(
-            root=root,
-            paths=tuple(r[0] for r in rows),
-            sizes=tuple(r[1] for r in rows),
-            mtimes=tuple(r[2] for r in rows),
-            fingerprint=digest.hexdigest()[:32],
-        )
+        return cls.from_rows(root, sorted(entries))
+
+    @classmethod
+    def from_rows(cls, root: str, rows: Sequence[tuple[str, int, int]], fingerprint: str | None = None
+                  ) -> "Manifest":
+        """A manifest of (relative path, size, mtime_ns) rows in the order given.
+
+        `fingerprint`: the listing these rows were taken from (a read task's
+        share of it); by default, their own.
+        """
+        names = [r[0].encode() + b"\0" for r in rows]
+        offsets = np.zeros(len(rows) + 1, dtype=np.int64)
+        np.cumsum([len(n) for n in names], out=offsets[1:])
+        blob = np.frombuffer(b"".join(names), dtype=np.uint8)
+        sizes = np.fromiter((r[1] for r in rows), dtype=np.int64, count=len(rows))
+        mtimes = np.fromiter((r[2] for r in rows), dtype=np.int64, count=len(rows))
+        return cls(root, blob, offsets, sizes, mtimes, fingerprint)
+
+    def rows(self, items: Iterable[int]) -> list[tuple[str, int, int]]:
+        """(relative path, size, mtime_ns) of `items`, for a `from_rows` of part of the listing."""
+        return [(self.paths[i], int(self.sizes[i]), int(self.mtimes[i])) for i in items]
 
     def save(self, file: str) -> None:
-        """Write the manifest to `file` atomically (gzip'd JSON)."""
+        """Write the manifest to `file` atomically: a header, then its arrays, each aligned for mapping."""
+        header = json.dumps({"root": self.root, "fingerprint": self.fingerprint, "files": len(self),
+                             "blob": int(self._blob.nbytes)}).encode()
         tmp = f"{file}.{os.getpid()}.tmp"
-        with gzip.open(tmp, "wt", compresslevel=1) as f:
-            json.dump({"root": self.root, "paths": self.paths, "sizes": self.sizes,
-                       "mtimes": self.mtimes, "fingerprint": self.fingerprint}, f)
-        os.chmod(tmp, 0o600)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            f.write(_MAGIC + len(header).to_bytes(8, "little") + header)
+            for array in (self._offsets, self.sizes, self.mtimes, self._blob):
+                f.write(b"\0" * (-f.tell() % _ALIGN))
+                f.write(np.ascontiguousarray(array).data)
         os.replace(tmp, file)
 
     @classmethod
     def load(cls, file: str) -> "Manifest":
-        """Read a manifest written by `save`."""
-        with gzip.open(file, "rt") as f:
-            d = json.load(f)
-        return cls(d["root"], tuple(d["paths"]), tuple(d["sizes"]), tuple(d["mtimes"]), d["fingerprint"])
+        """Map a manifest written by `save`: its pages are shared by every process that maps the file."""
+        with open(file, "rb") as f:
+            mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        if mapped[:len(_MAGIC)] != _MAGIC:
+            raise ManifestMismatchError(f"{file} is not a listing saved by this version; delete it to list again")
+        length = int.from_bytes(mapped[8:16], "little")
+        head = json.loads(mapped[16:16 + length])
+        n, at = head["files"], 16 + length
+        arrays = []
+        for dtype, count in ((np.int64, n + 1), (np.int64, n), (np.int64, n), (np.uint8, head["blob"])):
+            at += -at % _ALIGN
+            arrays.append(np.frombuffer(mapped, dtype=dtype, count=count, offset=at))
+            at += arrays[-1].nbytes
+        offsets, sizes, mtimes, blob = arrays
+        return cls(head["root"], blob, offsets, sizes, mtimes, head["fingerprint"])
+
+    def __reduce__(self):
+        return Manifest, (self.root, self._blob, self._offsets, self.sizes, self.mtimes, self.fingerprint)
+
+
+def save_listing(manifest: Manifest, folder: str) -> str:
+    """The listing's file in `folder`, named for its fingerprint (written once)."""
+    os.makedirs(folder, mode=0o700, exist_ok=True)
+    file = os.path.join(folder, f"{manifest.fingerprint}.listing")
+    if not os.path.exists(file):
+        manifest.save(file)
+    return file
+
+
+def load_listing(file: str, fingerprint: str) -> Manifest | None:
+    """The listing saved in `file` if it is there, readable and of `fingerprint`; else None."""
+    try:
+        m = Manifest.load(file)
+    except (OSError, ManifestMismatchError, ValueError):
+        return None
+    return m if m.fingerprint == fingerprint else None
+
+
+def _digest(root: str, blob: np.ndarray, offsets: np.ndarray, sizes: np.ndarray, mtimes: np.ndarray) -> str:
+    digest = hashlib.sha256(f"{root}\n".encode())  # a copy elsewhere is another listing
+    for array in (offsets, sizes, mtimes, blob):
+        digest.update(np.ascontiguousarray(array).data)
+    return digest.hexdigest()[:32]
 
 
 def _patterns(p: str | Sequence[str] | None) -> tuple[str, ...]:
@@ -144,13 +243,15 @@ def list_folder(
     suffixes = tuple("." + e.lower().lstrip(".") for e in extensions or ())
     entries: list[tuple[str, int, int]] = []
     seen = {os.path.realpath(vp.local)}
-    with ThreadPoolExecutor(LIST_THREADS, thread_name_prefix="air-list") as pool:
+    with ThreadPoolExecutor(LIST_THREADS, thread_name_prefix="air-list") as pool, \
+            tqdm(desc=f"listing {vp.path}", unit=" files", delay=PROGRESS_AFTER_SECONDS, leave=False) as bar:
         pending = {pool.submit(_scan, vp, vp.local, "")}
         while pending:
             done, pending = wait(pending, return_when=FIRST_COMPLETED)
             for fut in done:
                 files, dirs = fut.result()
                 entries.extend(f for f in files if _selected(f[0], inc, exc, suffixes))
+                bar.update(len(files))
                 for local, rel, real in dirs:
                     real = os.path.realpath(real)
                     if real not in seen:  # a symlinked folder must not loop

@@ -94,7 +94,7 @@ class Source:
 
     def __getstate__(self) -> dict:
         if self._listing_file is None:
-            self._listing_file = _save(self.manifest, self._cache_dir)
+            self._listing_file = dist.save_listing(self.manifest, _listings(self._cache_dir))
         return dict(self.__dict__)
 
 
@@ -148,7 +148,7 @@ def resolve_source(
         raise OptionError("delta_version= and spark= go with delta_table=: name the table to export")
     selection = {"include": include, "exclude": exclude, "extensions": _extensions(file_extensions)}
     if manifest is None:
-        manifest = dist.list_once(lambda: list_folder(path, **selection))
+        manifest = dist.list_once(lambda: list_folder(path, **selection), _listings(cache_dir))
     else:
         if manifest.root != path:
             raise OptionError(f"manifest= lists {manifest.root}, not {path}")
@@ -177,13 +177,14 @@ def _extensions(extensions: Sequence[str] | None) -> tuple[str, ...] | None:
 
 def _mode(manifest: Manifest, mode: str) -> str:
     """The mode to read in: the one given, checked against the files, or the one their names say."""
-    parquet = [p.lower().endswith(".parquet") for p in manifest.paths]
+    names = manifest.paths.tolist()
+    parquet = [p.lower().endswith(".parquet") for p in names]
     if mode == "files" or (mode == "auto" and not any(parquet)):
         return "files"
     if all(parquet):
         return "parquet"
-    first = next(p for p, f in zip(manifest.paths, parquet) if f) if any(parquet) else None
-    other = next(p for p, f in zip(manifest.paths, parquet) if not f)
+    first = next(p for p, f in zip(names, parquet) if f) if any(parquet) else None
+    other = next(p for p, f in zip(names, parquet) if not f)
     select = "select the Parquet files with include='*.parquet' or file_extensions=['parquet']"
     if mode == "parquet":
         raise OptionError(f"mode='parquet' but {manifest.root} holds other files ({other}): {select}")
@@ -202,14 +203,9 @@ def _remember(fingerprint: str, **found: Any) -> dict[str, Any]:
     return held
 
 
-def _save(manifest: Manifest, cache_dir: str | None) -> str:
-    """The listing as a file in the node cache folder, named for its contents (written once)."""
-    folder = os.path.join(Cache(cache_dir).root, "manifests")  # the cache makes its folder private
-    os.makedirs(folder, mode=0o700, exist_ok=True)
-    file = os.path.join(folder, f"{manifest.fingerprint}.json.gz")
-    if not os.path.exists(file):
-        manifest.save(file)
-    return file
+def _listings(cache_dir: str | None) -> str:
+    """The folder of saved listings in the node cache (made private by `Cache`)."""
+    return os.path.join(Cache(cache_dir).root, "manifests")
 
 
 __all__ = ["MODES", "Mode", "Source", "check_columns", "resolve_source"]

@@ -61,10 +61,10 @@ def stage(
         except FileNotFoundError:
             pass
         retrying(lambda: _copy_one(manifest, i, f"{local_root}/{rel}", target), manifest.volume_path(i))
-        return manifest.sizes[i]
+        return int(manifest.sizes[i])
 
     copied = skipped = nbytes = 0
-    for size in ordered_map(copy, ((i, manifest.sizes[i]) for i in range(len(manifest))),
+    for size in ordered_map(copy, ((i, int(manifest.sizes[i])) for i in range(len(manifest))),
                             threads=threads, max_ahead=4 * threads, max_bytes=1 << 30):
         if size < 0:
             skipped += 1
@@ -82,11 +82,11 @@ def _copy_one(manifest: Manifest, i: int, source: str, target: str) -> None:
     tmp = os.path.join(folder, f".{name}.{os.getpid()}.part")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
-        copy_into(source, manifest.volume_path(i), manifest.sizes[i], manifest.mtimes[i], fd)
+        copy_into(source, manifest.volume_path(i), int(manifest.sizes[i]), int(manifest.mtimes[i]), fd)
     except BaseException:
         os.close(fd)
         os.unlink(tmp)
         raise
     os.close(fd)
-    os.utime(tmp, ns=(manifest.mtimes[i], manifest.mtimes[i]))
+    os.utime(tmp, ns=(int(manifest.mtimes[i]), int(manifest.mtimes[i])))
     os.replace(tmp, target)

@@ -90,22 +90,23 @@ def read_items(
     root, paths, sizes, mtimes = manifest.root, manifest.paths, manifest.sizes, manifest.mtimes
 
     def fetch(i: int) -> CachedFile:
-        vpath, src = f"{root}/{paths[i]}", f"{local_root}/{paths[i]}"
+        path, size, mtime = paths[i], int(sizes[i]), int(mtimes[i])
+        vpath, src = f"{root}/{path}", f"{local_root}/{path}"
 
         def once() -> CachedFile:
-            entry = cache.get(src, vpath, sizes[i], mtimes[i])
+            entry = cache.get(src, vpath, size, mtime)
             if entry is not None:
-                return CachedFile(vpath, entry, sizes[i], i)
-            return CachedFile(vpath, src, sizes[i], i, cached=False, data=read_bytes(src, vpath, sizes[i], mtimes[i]))
+                return CachedFile(vpath, entry, size, i)
+            return CachedFile(vpath, src, size, i, cached=False, data=read_bytes(src, vpath, size, mtime))
 
         return retrying(once, vpath)
 
     def hit(i: int) -> CachedFile | None:
-        vpath = f"{root}/{paths[i]}"
-        entry = cache.lookup(vpath, sizes[i], mtimes[i])
-        return None if entry is None else CachedFile(vpath, entry, sizes[i], i)
+        vpath, size = f"{root}/{paths[i]}", int(sizes[i])
+        entry = cache.lookup(vpath, size, int(mtimes[i]))
+        return None if entry is None else CachedFile(vpath, entry, size, i)
 
-    return ordered_map(fetch, ((i, sizes[i]) for i in items), threads=fetch_threads,
+    return ordered_map(fetch, ((i, int(sizes[i])) for i in items), threads=fetch_threads,
                        max_ahead=prefetch, max_bytes=prefetch_bytes, quick=hit)
 
 

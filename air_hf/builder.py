@@ -162,10 +162,10 @@ class UCVolume(datasets.ArrowBasedBuilder):
         world_size = c.world_size or detect_rank()[1]
         units = self._source.units() if self._source.mode == "parquet" else None
         generators = []
-        for split, files in by_split(manifest.paths).items():
+        for split, files in by_split(manifest.paths.tolist()).items():
             if units is None:
                 n = shard_count(len(files), world_size=world_size, num_workers=c.num_workers)
-                dealt = file_shards([manifest.sizes[i] for i in files], n, seed=c.seed, shuffle=c.shuffle,
+                dealt = file_shards(manifest.sizes[files], n, seed=c.seed, shuffle=c.shuffle,
                                     equalize=c.equalize)
                 shards: list = [[files[k] for k in shard] for shard in dealt]
             else:

@@ -135,7 +135,7 @@ class UCVolumeDatasource(Datasource):
         self._parquet = parquet
         self._include_paths = (not parquet) if include_paths is None else bool(include_paths)
         self._include_bytes = bool(include_bytes)
-        self._contents_type = bytes_type(max(manifest.sizes)) if include_bytes else None
+        self._contents_type = bytes_type(int(manifest.sizes.max())) if include_bytes else None
         self._tasks = TaskSource(
             root=manifest.root, local_root=volume.parse(manifest.root).local, fingerprint=manifest.fingerprint,
             cache_dir=os.path.abspath(cache_dir or default_dir()), cache_limit=cache_limit, fetch=fetch,
@@ -220,7 +220,7 @@ class UCVolumeDatasource(Datasource):
         n = _ROW_BYTES + entry_path_length(self._tasks.cache_dir, rel[rel.rfind("/") + 1:])
         if self._include_paths:
             n += len(manifest.root) + 1 + len(rel)
-        return n + manifest.sizes[i] * self._include_bytes
+        return n + int(manifest.sizes[i]) * self._include_bytes
 
     def _file_tasks(self, epoch: int, parallelism: int, row_limit: int | None, block_bytes: int) -> list[ReadTask]:
         manifest = self._source.manifest
@@ -228,9 +228,9 @@ class UCVolumeDatasource(Datasource):
         schema = files_schema(include_paths=self._include_paths, contents_type=self._contents_type)
         parts = task_plan.task_count(len(items), parallelism, min_per_task=task_plan.MIN_FILES_PER_TASK)
         tasks = []
-        for group in task_plan.groups([manifest.sizes[i] for i in items], parts):
+        for group in task_plan.groups(manifest.sizes[items].tolist(), parts):
             chosen = [items[p] for p in group]
-            rows = [(manifest.paths[i], manifest.sizes[i], manifest.mtimes[i]) for i in chosen]
+            rows = manifest.rows(chosen)
             read_fn = files_read_fn(self._tasks, rows, include_paths=self._include_paths,
                                     contents_type=self._contents_type, max_block_bytes=block_bytes,
                                     max_block_rows=row_limit)
@@ -248,7 +248,7 @@ class UCVolumeDatasource(Datasource):
         tasks = []
         for group in task_plan.groups([task_plan.piece_bytes(p) for p in pieces], parts):
             files, local = task_plan.localize([pieces[k] for k in group])
-            rows = [(manifest.paths[i], manifest.sizes[i], manifest.mtimes[i]) for i in files]
+            rows = manifest.rows(files)
             read_fn = parquet_read_fn(self._tasks, rows, local, columns=columns,
                                       include_paths=self._include_paths and (columns is None or "path" in columns))
             meta = BlockMetadata(

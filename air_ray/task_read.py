@@ -38,8 +38,7 @@ class TaskSource:
 
     def manifest(self, rows: Sequence[Row]) -> Manifest:
         """The task's own slice of the listing, in read order."""
-        return Manifest(self.root, tuple(r[0] for r in rows), tuple(r[1] for r in rows),
-                        tuple(r[2] for r in rows), self.fingerprint)
+        return Manifest.from_rows(self.root, rows, self.fingerprint)
 
     def cache(self) -> Cache:
         """This process's handle on the node cache."""

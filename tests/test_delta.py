@@ -99,7 +99,7 @@ def test_each_version_exports_exactly_its_rows(volume):
     first = pq.read_schema(volume.local(f"exports/events/{latest.files[0]}"))
     assert first.field("split").type == pa.string()  # the partition column is a real column
     assert any(r["split"] is None for r in read_export(dest))
-    assert list_folder(volume.path("exports")).paths == tuple(f"events/{f}" for f in latest.files)
+    assert list(list_folder(volume.path("exports")).paths) == [f"events/{f}" for f in latest.files]
 
 
 def test_same_version_writes_nothing_and_a_newer_one_replaces_it(volume):

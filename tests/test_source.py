@@ -110,7 +110,7 @@ def test_a_source_travels_small_and_finds_its_listing_in_the_node_cache(volume):
     source = resolve_source(volume.path("d"))
     blob = pickle.dumps(source)
     assert len(blob) < 2_000
-    assert os.listdir(os.path.join(os.environ["AIR_CACHE_DIR"], "manifests")) == [f"{source.fingerprint}.json.gz"]
+    assert os.listdir(os.path.join(os.environ["AIR_CACHE_DIR"], "manifests")) == [f"{source.fingerprint}.listing"]
     air_core.source._memo.clear()  # as in a spawned worker
     clone = pickle.loads(blob)
     assert clone.mode == "files" and clone.manifest == source.manifest

@@ -1,6 +1,7 @@
 """FileStream end to end: ranks x workers, resume exactly-once, elastic resume, pickling."""
 
 import json
+import os
 import pickle
 import random
 import threading
@@ -30,6 +31,21 @@ def test_torchrun_three_ranks_two_workers_cover_the_folder_once(volume, tmp_path
         assert set(got) == set(paths)
         assert [len(r["paths"]) for r in ranks] == [16, 16, 16]
         assert len(got) - len(set(got)) == 1  # 47 over 3 ranks: exactly one repeat
+
+
+def test_a_job_lists_once_and_every_rank_maps_the_same_listing_file(volume, tmp_path, slowvol_so):
+    volume.files("d", 30)
+    trace = tmp_path / "trace"
+    env = {"LD_PRELOAD": slowvol_so, "SLOWVOL_PREFIX": f"{volume.root}/", "SLOWVOL_OPEN_MS": "0",
+           "SLOWVOL_LIST_MS": "0", "SLOWVOL_TRACE": str(trace)}
+    torchrun(SCRIPT, 3, volume.path("d"), str(tmp_path), "none", env=env)
+    lists = [line for line in trace.read_text().splitlines() if line.startswith("list ")]
+    assert len(lists) == 4  # d/ and its three class folders, by rank 0 alone
+    listings = list((Path(os.environ["AIR_CACHE_DIR"]) / "manifests").iterdir())
+    assert [f.suffix for f in listings] == [".listing"]  # saved once, mapped by every rank and worker
+    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(3)]
+    assert sorted(p for r in ranks for p in r["paths"]) == sorted(volume.path(f"d/class{i % 3}/f{i:05d}.bin")
+                                                                  for i in range(30))
 
 
 GRIDS = [(1, 1), (2, 1), (1, 3), (3, 2)]
