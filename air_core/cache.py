@@ -2,10 +2,16 @@
 
 Entries are keyed by (volume path, size, mtime), so a changed file is fetched
 again. A fetch copies into `<entry>.part` while holding an exclusive `flock`
-on it, then renames: a process killed mid-copy leaves only a `.part` file,
-never served, whose lock dies with the process so the next fetcher takes over.
-Concurrent fetchers of one file wait on that lock and then find the entry, so
-each file crosses the network once per node.
+on it, then links it to the entry's name: a process killed mid-copy leaves
+only a `.part` file, never served, whose lock dies with the process so the
+next fetcher takes over. Concurrent fetchers of one file wait on that lock and
+then find the entry, so each file crosses the network once per node.
+
+A request for a file this process is already fetching is a hedge of a stuck
+read (see `air_core.fetch.ordered_map`): it must not wait on that lock, so it
+copies into an unnamed file of its own (`O_TMPFILE`: a killed process leaves
+nothing) and links it in. Publishing is a link, which never replaces a name:
+the first complete copy wins, the other is dropped uncounted.
 
 Admission, not eviction, keeps the cache within its byte cap and the disk's
 free reserve: once full, new files are not admitted (they are streamed from
@@ -27,10 +33,10 @@ import shutil
 import tempfile
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from .errors import FetchError, OptionError
+from .fetch import ordered_map
 
 CACHE_DIR_ENV = "AIR_CACHE_DIR"
 IN_USE_SECONDS = 3600
@@ -38,6 +44,7 @@ _CHUNK = 1 << 20
 _RANGE = 16 << 20
 _RANGE_FROM = 2 * _RANGE
 _RANGE_THREADS = 8
+_RANGE_HEDGE_FLOOR_S = 1.0  # a range is 16 MiB: 0.1-0.3 s from object storage; hedging one re-reads all of it
 _RECHECK_BYTES = 64 << 20
 _ATIME_REFRESH_NS = 60 * 10**9
 _KEY_CHARS, _NAME_CHARS = 40, 96
@@ -68,6 +75,7 @@ class CacheStats:
     misses: int = 0
     bytes_fetched: int = 0
     not_admitted: int = 0
+    hedged: int = 0  # second requests for a file whose first was slow (each one extra read)
 
 
 class Cache:
@@ -98,6 +106,7 @@ class Cache:
         self._lock = threading.Lock()
         self._free: int | None = None
         self._entries: dict[tuple[str, int, int], str] = {}
+        self._fetching: set[str] = set()  # entries this process is copying now
         self._unchecked = 0
         self._usage_file = os.path.join(self.root, "usage")
         if limit_bytes is not None and self.usage() > limit_bytes:
@@ -135,11 +144,28 @@ class Cache:
         return None
 
     def get(self, source: str, volume_path: str, size: int, mtime_ns: int) -> str | None:
-        """The cached copy's path, fetching `source` first if needed; None if not admitted."""
+        """The cached copy's path, fetching `source` first if needed; None if not admitted.
+
+        A call for a file this process is fetching already is a hedge: it makes
+        a copy of its own rather than wait for the first.
+        """
         hit = self.lookup(volume_path, size, mtime_ns)
         if hit is not None:
             return hit
         entry = self.entry_path(volume_path, size, mtime_ns)
+        with self._lock:
+            hedge = entry in self._fetching
+            self._fetching.add(entry)
+            self.stats.hedged += hedge
+        if hedge:
+            return self._hedge(source, volume_path, size, mtime_ns, entry)
+        try:
+            return self._fetch(source, volume_path, size, mtime_ns, entry)
+        finally:
+            with self._lock:
+                self._fetching.discard(entry)
+
+    def _fetch(self, source: str, volume_path: str, size: int, mtime_ns: int, entry: str) -> str | None:
         part = os.path.join(os.path.dirname(entry), "." + os.path.basename(entry) + ".part")
         fd = os.open(part, os.O_WRONLY | os.O_CREAT, 0o600)
         try:
@@ -155,14 +181,40 @@ class Cache:
                 # A stale .part of this key holds at most `size` bytes (size is in the key),
                 # so writing `size` bytes from offset 0 leaves exactly the file.
                 copy_into(source, volume_path, size, mtime_ns, fd)
-                os.rename(part, entry)
+                won = _publish(part, entry)
             except BaseException:
                 self._reserve(-size)
                 raise
-            self._count(misses=1, bytes_fetched=size)
+            _unlink_if_same(part, fd)
+            self._settle(won, size)
             return entry
         finally:
             os.close(fd)
+
+    def _hedge(self, source: str, volume_path: str, size: int, mtime_ns: int, entry: str) -> str | None:
+        if not self._reserve(size):
+            self._count(not_admitted=1)
+            return None
+        fd, name = _private_file(os.path.dirname(entry), os.path.basename(entry))
+        try:
+            copy_into(source, volume_path, size, mtime_ns, fd)
+            won = _publish(name or f"/proc/self/fd/{fd}", entry)
+        except BaseException:
+            self._reserve(-size)
+            raise
+        finally:
+            os.close(fd)
+            if name:
+                _unlink(name)
+        self._settle(won, size)
+        return entry
+
+    def _settle(self, won: bool, size: int) -> None:
+        """Count a copy that became the entry; give back the room of one that came second."""
+        if won:
+            self._count(misses=1, bytes_fetched=size)
+        else:
+            self._reserve(-size)
 
     def usage(self) -> int:
         """Bytes held, as recorded in the shared ledger (scanned when there is none)."""
@@ -266,14 +318,23 @@ def copy_into(source: str, volume_path: str, size: int, mtime_ns: int, fd: int) 
     A volume's bandwidth is per open file, so a file over `_RANGE_FROM` bytes is
     copied as `_RANGE`-byte ranges, up to `_RANGE_THREADS` at once, each through
     its own open: a single large file (a Parquet export) then arrives several
-    times faster than one stream allows. A smaller file goes through `sendfile`,
+    times faster than one stream allows. A range far slower than the others is
+    hedged (`ordered_map`); the copy that loses stops at its next chunk, and
+    writes the same bytes through a descriptor of its own until then, so
+    returning late it cannot write into whatever file reuses `fd`'s number.
+    A smaller file goes through `sendfile`,
     inside the kernel: no Python buffer, and few system calls, each of which
     hands the GIL over; file systems that refuse it get pread/pwrite.
     """
     if size > _RANGE_FROM:
         bounds = [(start, min(start + _RANGE, size)) for start in range(0, size, _RANGE)]
-        with ThreadPoolExecutor(min(_RANGE_THREADS, len(bounds)), thread_name_prefix="air-range") as pool:
-            copied = sum(pool.map(lambda b: _copy_range(source, volume_path, size, mtime_ns, fd, *b), bounds))
+        done = threading.Event()
+        try:
+            copied = sum(ordered_map(lambda b: _copy_range(source, volume_path, size, mtime_ns, fd, *b, done),
+                                     ((b, 0) for b in bounds), threads=_RANGE_THREADS, max_ahead=len(bounds),
+                                     max_bytes=1, hedge_floor=_RANGE_HEDGE_FLOOR_S))
+        finally:
+            done.set()
     else:
         src = _open_version(source, volume_path, size, mtime_ns)
         try:
@@ -299,10 +360,15 @@ def _open_version(source: str, volume_path: str, size: int, mtime_ns: int) -> in
     return src
 
 
-def _copy_range(source: str, volume_path: str, size: int, mtime_ns: int, dst: int, start: int, stop: int) -> int:
+def _copy_range(source: str, volume_path: str, size: int, mtime_ns: int, dst: int, start: int, stop: int,
+                done: threading.Event) -> int:
     src = _open_version(source, volume_path, size, mtime_ns)
     try:
-        return _pread_pwrite(src, dst, start, stop)
+        own = os.dup(dst)
+        try:
+            return _pread_pwrite(src, own, start, stop, done)
+        finally:
+            os.close(own)
     finally:
         os.close(src)
 
@@ -317,10 +383,10 @@ def _sendfile(src: int, dst: int, size: int) -> int:
     return copied
 
 
-def _pread_pwrite(src: int, dst: int, start: int, stop: int) -> int:
-    """Copy bytes [start, stop) at the same offsets (positional: threads may share `dst`)."""
+def _pread_pwrite(src: int, dst: int, start: int, stop: int, done: threading.Event | None = None) -> int:
+    """Copy bytes [start, stop) at the same offsets (positional: threads may share `dst`), until `done`."""
     at = start
-    while at < stop:
+    while at < stop and not (done and done.is_set()):
         chunk = os.pread(src, min(stop - at, _CHUNK), at)
         if not chunk:
             break
@@ -359,6 +425,31 @@ def _check_version(st: os.stat_result, volume_path: str, size: int, mtime_ns: in
             0, f"{volume_path} changed after it was listed (size {size} -> {st.st_size}); "
             "list again (make a new stream) to read the new version"
         )
+
+
+def _private_file(folder: str, name: str) -> tuple[int, str | None]:
+    """A new 0600 file for writing in `folder`: unnamed where the file system allows, else hidden."""
+    try:
+        return os.open(folder, os.O_TMPFILE | os.O_WRONLY, 0o600), None
+    except (AttributeError, OSError):  # no O_TMPFILE on this OS or file system
+        fd, path = tempfile.mkstemp(dir=folder, prefix=f".{name}.", suffix=".hedge")
+        return fd, path
+
+
+def _publish(copy: str, entry: str) -> bool:
+    """Give the complete `copy` the entry's name unless a copy already has it; True if this one did.
+
+    A link, not a rename: a rename would replace the entry another fetcher just
+    published (and that readers may hold), and count the file twice.
+    """
+    folder = os.open(os.path.dirname(entry), os.O_RDONLY | os.O_DIRECTORY)
+    try:  # with a folder descriptor, os.link is linkat(AT_SYMLINK_FOLLOW): `copy` may be /proc/self/fd/N
+        os.link(copy, os.path.basename(entry), dst_dir_fd=folder, follow_symlinks=True)
+    except FileExistsError:
+        return False
+    finally:
+        os.close(folder)
+    return True
 
 
 def _unlink_if_same(path: str, fd: int) -> None:

@@ -9,7 +9,7 @@ they sit on the node's local NVMe disk; on a VM whose virtual disk makes page
 cache writes cost 3x more from one hour to the next, run with TMPDIR=/dev/shm
 so that every system's cache sits in memory alike.
 
-Usage: TMPDIR=/dev/shm python benchmarks/run_all.py [--only core,hf,...] [--render]
+Usage: TMPDIR=/dev/shm python benchmarks/run_all.py [--only core,hf,stalls,...] [--render]
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ BENCHES = {
     "hf": ["bench_hf.py", "--repeat", "3", "--root", "{tmp}/air-bench-hf"],
     "ray": ["bench_ray.py", "--slowvol", "{slowvol}", "--workdir", "{tmp}/air-bench"],
     "delta": ["bench_delta.py", "--rounds", "5"],
+    "stalls": ["bench_stalls.py", "--rounds", "5"],
 }
 
 

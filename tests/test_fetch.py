@@ -104,3 +104,60 @@ def test_a_result_the_consumer_dropped_is_freed_while_the_pass_goes_on():
     alive = sum(ref() is not None for ref in made)
     assert alive <= 4  # only the work ahead of the consumer
     results.close()
+
+
+def test_the_deadline_is_a_multiple_of_the_recent_p95_with_a_floor():
+    from air_core.fetch import Deadline
+
+    d = Deadline(factor=4, floor=0.25)
+    assert d.seconds is None  # no peer yet: nothing is slow
+    for _ in range(100):
+        d.observe(0.01)
+    assert d.seconds == 0.25
+    for k in range(600):
+        d.observe(0.1 + k % 10 / 100)  # 0.10 .. 0.19 s, and the window forgets the 0.01 s reads
+    assert d.seconds == pytest.approx(4 * 0.19)
+
+
+def test_a_stuck_call_is_hedged_on_a_new_thread_and_the_pool_keeps_its_size():
+    release = threading.Event()
+    calls: list[int] = []
+    lock = threading.Lock()
+
+    def fn(item: int) -> int:
+        with lock:
+            calls.append(item)
+            first = calls.count(item) == 1
+        if item == 150 and first:
+            release.wait(60)
+        time.sleep(0.002)
+        return item * 10
+
+    before = set(threading.enumerate())
+    t = time.monotonic()
+    out = list(ordered_map(fn, [(i, 1) for i in range(300)], threads=8, max_ahead=32, max_bytes=1 << 30))
+    assert out == [i * 10 for i in range(300)]
+    assert time.monotonic() - t < 20
+    assert calls.count(150) == 2 and len(calls) == 301  # one extra call, for the stuck item alone
+    ours = set(threading.enumerate()) - before
+    release.set()
+    for th in ours:
+        th.join(timeout=5)
+        assert not th.is_alive()
+
+
+def test_a_failed_hedge_waits_for_the_first_attempt():
+    release = threading.Event()
+    seen: list[int] = []
+
+    def fn(item: int) -> int:
+        seen.append(item)
+        if item == 40:
+            if seen.count(40) == 1:
+                release.wait(2)  # slow, then succeeds
+                return 400
+            raise OSError("the hedge failed")
+        return item * 10
+
+    out = list(ordered_map(fn, [(i, 1) for i in range(80)], threads=4, max_ahead=16, max_bytes=1 << 30))
+    assert out == [i * 10 for i in range(80)] and seen.count(40) == 2
