@@ -20,15 +20,16 @@ from .resume import run_state
 from .row_plan import RowGroup, RowSlice, split_rows, unit_of
 from .source import MODES, Mode, Source, check_columns, resolve_source
 from .stream import (
-    DEFAULT_FETCH_THREADS, DEFAULT_PREFETCH, DEFAULT_PREFETCH_BYTES, CachedFile, FileStream, default_fetch_threads,
-    read_items,
+    DEFAULT_FETCH_THREADS, DEFAULT_PREFETCH, DEFAULT_PREFETCH_BYTES, ON_ERRORS, CachedFile, FileStream, OnError,
+    Skipped, default_fetch_threads, read_items, without_skips,
 )
 
 __all__ = [
     "AirError", "BALANCES", "Balance", "Cache", "CacheStats", "CachedFile", "DEFAULT_FETCH_THREADS",
     "DEFAULT_PREFETCH", "DEFAULT_PREFETCH_BYTES", "EQUALIZES", "EmptyVolumeError", "Equalize", "FetchError",
-    "FileStream", "Grid", "MODES", "Manifest", "ManifestMismatchError", "Mode", "OptionError", "ParquetError",
-    "RowGroup", "RowSlice", "Source", "StateError", "VolumePathError", "check_columns", "default_dir",
-    "default_fetch_threads", "detect_rank", "detect_worker", "entry_path_length", "epoch_order", "list_folder",
-    "rank_shares", "read_items", "resolve_source", "run_state", "snake", "split_rows", "unit_of",
+    "FileStream", "Grid", "MODES", "Manifest", "ManifestMismatchError", "Mode", "ON_ERRORS", "OnError",
+    "OptionError", "ParquetError", "RowGroup", "RowSlice", "Skipped", "Source", "StateError", "VolumePathError",
+    "check_columns", "default_dir", "default_fetch_threads", "detect_rank", "detect_worker", "entry_path_length",
+    "epoch_order", "list_folder", "rank_shares", "read_items", "resolve_source", "run_state", "snake",
+    "split_rows", "unit_of", "without_skips",
 ]

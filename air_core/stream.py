@@ -7,18 +7,23 @@ spawned DataLoader workers, Ray tasks and `@distributed` functions.
 
 from __future__ import annotations
 
+import logging
 import os
-from typing import Iterable, Iterator, NamedTuple, Sequence
+from typing import Iterable, Iterator, Literal, NamedTuple, Sequence
 
 from . import dist, options, resume, volume
 from . import plan as plan_mod
 from .cache import Cache, read_bytes, read_fd
-from .errors import StateError
+from .errors import FetchError, StateError
 from .fetch import ordered_map, retrying
 from .grid import Grid
 from .manifest import Manifest
 from .source import resolve_source
 
+log = logging.getLogger("air_core")
+
+OnError = Literal["raise", "skip"]
+ON_ERRORS = ("raise", "skip")
 DEFAULT_FETCH_THREADS = 64
 WORKER_FETCH_THREADS = 32
 DEFAULT_PREFETCH = 256
@@ -70,6 +75,45 @@ class CachedFile(NamedTuple):
             os.close(fd)
 
 
+class Skipped(NamedTuple):
+    """A file left out under `on_error="skip"`: it stayed unreadable through every retry.
+
+    Attributes:
+        path: the volume path.
+        index: the file's index in the manifest.
+        error: what the last attempt met.
+    """
+
+    path: str
+    index: int
+    error: str
+
+
+def without_skips(records: Iterable[CachedFile | Skipped], *, keep_count: bool) -> Iterator[CachedFile]:
+    """The files of `records`, each `Skipped` one logged and left out.
+
+    With `keep_count` (equal counts were asked for: a rank short of one file
+    would hang DDP at the end of the epoch), a skipped file is stood in for
+    by the file delivered before it, or by the next one when it comes first,
+    as `equalize="pad"` repeats files.
+    """
+    last: CachedFile | None = None
+    owed = 0
+    for r in records:
+        if isinstance(r, Skipped):
+            log.warning("skipped %s, which stays unreadable: %s", r.path, r.error)
+            if not keep_count:
+                continue
+            if last is None:
+                owed += 1
+                continue
+            r = last
+        last = r
+        for _ in range(owed + 1):
+            yield r
+        owed = 0
+
+
 def read_items(
     manifest: Manifest,
     items: Iterable[int],
@@ -79,12 +123,15 @@ def read_items(
     prefetch: int = DEFAULT_PREFETCH,
     prefetch_bytes: int = DEFAULT_PREFETCH_BYTES,
     local_root: str | None = None,
-) -> Iterator[CachedFile]:
+    on_error: OnError = "raise",
+) -> Iterator[CachedFile | Skipped]:
     """Fetch manifest items through the cache, ahead of the consumer, in order.
 
     `local_root` is where `manifest.root` lives on this machine (default: mapped
     by this process's `AIR_VOLUMES_ROOT`); a process reading what another one
-    listed, such as a Ray task, passes the lister's.
+    listed, such as a Ray task, passes the lister's. A file that stays
+    unreadable raises `FetchError`, or with `on_error="skip"` is yielded as a
+    `Skipped` in its place (see `without_skips`).
     """
     local_root = local_root or volume.parse(manifest.root).local
     root, paths, sizes, mtimes = manifest.root, manifest.paths, manifest.sizes, manifest.mtimes
@@ -99,7 +146,12 @@ def read_items(
                 return CachedFile(vpath, entry, size, i)
             return CachedFile(vpath, src, size, i, cached=False, data=read_bytes(src, vpath, size, mtime))
 
-        return retrying(once, vpath)
+        try:
+            return retrying(once, vpath)
+        except FetchError as e:
+            if on_error == "raise":
+                raise
+            return Skipped(vpath, i, str(e))
 
     def hit(i: int) -> CachedFile | None:
         vpath, size = f"{root}/{paths[i]}", int(sizes[i])
@@ -134,7 +186,15 @@ class FileStream:
         fetch_threads: concurrent reads per stream (default: `default_fetch_threads()`).
         prefetch: most files fetched ahead of the consumer.
         prefetch_bytes: most bytes fetched ahead of the consumer.
+        on_error: "raise" (default): a file that stays unreadable through
+            every retry raises `FetchError`; "skip": it is left out with a
+            warning, listed in `skipped` and in the state (a resume neither
+            delivers nor re-reads it), and with `equalize` stood in for by
+            another file of the stream, so counts stay equal.
         manifest: a listing to use instead of listing `path` (it must be of `path`).
+
+    Attributes:
+        skipped: the volume paths left out so far in this pass (`on_error="skip"`).
     """
 
     def __init__(
@@ -156,6 +216,7 @@ class FileStream:
         fetch_threads: int | None = None,
         prefetch: int = DEFAULT_PREFETCH,
         prefetch_bytes: int = DEFAULT_PREFETCH_BYTES,
+        on_error: OnError = "raise",
         manifest: Manifest | None = None,
     ) -> None:
         options.choice("balance", balance, plan_mod.BALANCES)
@@ -163,6 +224,7 @@ class FileStream:
         options.whole("fetch_threads", fetch_threads, low=1, optional=True)
         options.whole("prefetch", prefetch, low=1)
         options.whole("prefetch_bytes", prefetch_bytes, low=1)
+        options.choice("on_error", on_error, ON_ERRORS)
         self._source = resolve_source(path, mode="files", include=include, exclude=exclude, cache_dir=cache_dir,
                                       manifest=manifest)
         self.path = self._source.path
@@ -171,7 +233,8 @@ class FileStream:
         Grid(self._rank, self._world_size)
         self._worker, self._num_workers = worker, num_workers
         self._cache_dir, self._cache_limit = cache_dir, cache_limit
-        self._fetch = {"fetch_threads": fetch_threads, "prefetch": prefetch, "prefetch_bytes": prefetch_bytes}
+        self._fetch = {"fetch_threads": fetch_threads, "prefetch": prefetch, "prefetch_bytes": prefetch_bytes,
+                       "on_error": on_error}
         self._fingerprint = self._source.fingerprint
         self._cache: Cache | None = None
         self._epoch = 0
@@ -179,6 +242,7 @@ class FileStream:
         self._grid: Grid | None = None
         self._consumed = 0
         self._resumed_from: dict | None = None
+        self.skipped: list[str] = []
 
     # -- what the stream holds -------------------------------------------------
 
@@ -224,14 +288,22 @@ class FileStream:
 
     def __iter__(self) -> Iterator[CachedFile]:
         grid = self.grid()
-        resumed_from, skip = self._take_pending(grid)
+        resumed_from, done = self._take_pending(grid)
         items = resume.plan(self.manifest.sizes, grid, resumed_from, epoch=self._epoch, **self._plan_opts)
-        self._grid, self._consumed, self._resumed_from = grid, skip, resumed_from
+        self._grid, self._consumed, self._resumed_from = grid, done, resumed_from
+        self.skipped = []
         fetch = dict(self._fetch)
         fetch["fetch_threads"] = fetch["fetch_threads"] or default_fetch_threads(grid.num_workers)
-        for f in read_items(self.manifest, items[skip:], self.cache, **fetch):
+        records = read_items(self.manifest, items[done:], self.cache, **fetch)
+        yield from without_skips(self._positions(records), keep_count=self._plan_opts["equalize"] != "none")
+
+    def _positions(self, records: Iterator[CachedFile | Skipped]) -> Iterator[CachedFile | Skipped]:
+        # A skipped file's place in the plan is passed like a delivered one's: a resume goes on after it.
+        for r in records:
             self._consumed += 1
-            yield f
+            if isinstance(r, Skipped):
+                self.skipped.append(r.path)
+            yield r
 
     def state_dict(self) -> dict:
         """Where iteration stands: plain data, enough to resume exactly-once.
@@ -251,6 +323,7 @@ class FileStream:
             "plan": dict(self._plan_opts),
             "grid": [g.rank, g.world_size, g.worker, g.num_workers],
             "consumed": consumed,
+            "skipped": [] if pending is not None else list(self.skipped),
             "resumed_from": before,
         }
 

@@ -20,8 +20,8 @@ import datasets
 import pyarrow as pa
 
 from air_core import (
-    EQUALIZES, MODES, Cache, OptionError, Source, check_columns, default_fetch_threads, detect_rank, read_items,
-    resolve_source, tabular, volume,
+    EQUALIZES, MODES, ON_ERRORS, Cache, OptionError, Source, check_columns, default_fetch_threads, detect_rank,
+    read_items, resolve_source, tabular, volume, without_skips,
 )
 from air_core import options as check
 
@@ -70,6 +70,9 @@ class UCVolumeConfig(datasets.BuilderConfig):
         delta_version: the table version to export (default: the latest).
         columns: Parquet mode: the columns to read, as `load_dataset("parquet", columns=...)`;
             the others are never decoded.
+        on_error: files mode: "raise" (default): a file that stays unreadable through every
+            retry fails the pass, naming it; "skip": it is left out with a warning (with
+            `equalize`, another row of its shard stands in, so counts stay equal).
     """
 
     include: Union[str, list, None] = None
@@ -89,6 +92,7 @@ class UCVolumeConfig(datasets.BuilderConfig):
     delta_table: Union[str, None] = None
     delta_version: Union[int, None] = None
     columns: Union[list, None] = None
+    on_error: str = "raise"
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -99,7 +103,7 @@ class UCVolumeConfig(datasets.BuilderConfig):
             )
         volume.parse(self.data_dir)
         for name, value, choices in (("mode", self.mode, MODES), ("decode", self.decode, rows.DECODES),
-                                     ("equalize", self.equalize, EQUALIZES)):
+                                     ("equalize", self.equalize, EQUALIZES), ("on_error", self.on_error, ON_ERRORS)):
             check.choice(name, value, choices)
         check.flag("labels", self.labels)
         check.flag("shuffle", self.shuffle)
@@ -118,9 +122,10 @@ def _resolve(config: UCVolumeConfig) -> Source:
 def _features(config: UCVolumeConfig, source: Source) -> datasets.Features:
     """The rows' features; options that do not fit the source's mode are refused here, at setup."""
     if source.mode == "parquet":
-        if config.decode != "path" or config.labels:
-            raise OptionError("decode= and labels= apply to files mode: the Parquet mode's rows are "
-                              "the tables' rows; pass mode='files' to read Parquet files as files")
+        if config.decode != "path" or config.labels or config.on_error != "raise":
+            raise OptionError("decode=, labels= and on_error= apply to files mode: the Parquet mode's rows are "
+                              "the tables' rows (skipping a file would drop rows of the table); pass "
+                              "mode='files' to read Parquet files as files")
         schema = source.schema()
         if config.columns is not None:
             check_columns(config.columns, schema.names)
@@ -197,7 +202,8 @@ class UCVolume(datasets.ArrowBasedBuilder):
         items = [i for shard in shards for i in shard]
         features = self._features
         schema = features.arrow_schema
-        files = read_items(manifest, items, cache, fetch_threads=threads)
-        for k in range(-(-len(items) // FILES_PER_TABLE)):
-            yield k, rows.table(list(islice(files, FILES_PER_TABLE)), manifest, features, schema, c.decode,
+        files = without_skips(read_items(manifest, items, cache, fetch_threads=threads, on_error=c.on_error),
+                              keep_count=c.equalize != "none")
+        for k, batch in enumerate(iter(lambda: list(islice(files, FILES_PER_TABLE)), [])):
+            yield k, rows.table(batch, manifest, features, schema, c.decode,
                                 embed_media=self._embed_media)

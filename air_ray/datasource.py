@@ -23,7 +23,8 @@ from ray.data.context import DataContext
 from ray.data.datasource import Datasource, ReadTask
 
 from air_core import (
-    DEFAULT_FETCH_THREADS, EQUALIZES, Equalize, Grid, Manifest, Mode, OptionError, RowGroup, RowSlice,
+    DEFAULT_FETCH_THREADS, EQUALIZES, ON_ERRORS, Equalize, Grid, Manifest, Mode, OnError, OptionError, RowGroup,
+    RowSlice,
     check_columns, default_dir, detect_rank, entry_path_length, epoch_order, rank_shares, resolve_source, split_rows,
     volume,
 )
@@ -78,6 +79,10 @@ class UCVolumeDatasource(Datasource):
         fetch_threads: each read task's reads in flight (default 64).
         prefetch, prefetch_bytes: how far a task fetches ahead of the rows it
             has built, in files and bytes (default: the core's).
+        on_error: files mode: "raise" (default): a file that stays unreadable
+            through every retry fails its task, naming it; "skip": it is left
+            out with a warning (with `equalize`, another row of its task stands
+            in, so counts stay equal).
         delta_table, delta_version, spark: export this Delta table (at this
             version; through this Spark session when given) to `path` as
             Parquet first, then read that export; an export of the same
@@ -107,6 +112,7 @@ class UCVolumeDatasource(Datasource):
         fetch_threads: int = DEFAULT_FETCH_THREADS,
         prefetch: int | None = None,
         prefetch_bytes: int | None = None,
+        on_error: OnError = "raise",
         delta_table: str | None = None,
         delta_version: int | None = None,
         spark: Any = None,
@@ -116,6 +122,7 @@ class UCVolumeDatasource(Datasource):
         self._projection_map = None  # Ray's projection pushdown (Parquet mode) sets it on a copy
         check.reject_unknown(unknown, datasource_options(), what="UCVolumeDatasource")
         check.choice("equalize", equalize, EQUALIZES)
+        check.choice("on_error", on_error, ON_ERRORS)
         fetch = {k: v for k, v in (("fetch_threads", fetch_threads), ("prefetch", prefetch),
                                    ("prefetch_bytes", prefetch_bytes)) if v is not None}
         for name, value in fetch.items():
@@ -131,6 +138,11 @@ class UCVolumeDatasource(Datasource):
         parquet = self._source.mode == "parquet"
         if include_bytes and parquet:
             raise OptionError("include_bytes=True is for files mode: Parquet mode already reads the tables' rows")
+        if on_error != "raise" and parquet:
+            raise OptionError("on_error= is for files mode: in Parquet mode skipping a file would drop rows of "
+                              "the table")
+        if not parquet:
+            fetch["on_error"] = on_error
         manifest = self._source.manifest
         self._parquet = parquet
         self._include_paths = (not parquet) if include_paths is None else bool(include_paths)
@@ -233,7 +245,7 @@ class UCVolumeDatasource(Datasource):
             rows = manifest.rows(chosen)
             read_fn = files_read_fn(self._tasks, rows, include_paths=self._include_paths,
                                     contents_type=self._contents_type, max_block_bytes=block_bytes,
-                                    max_block_rows=row_limit)
+                                    max_block_rows=row_limit, keep_count=self._equalize != "none")
             meta = BlockMetadata(num_rows=len(rows), size_bytes=sum(self._row_bytes(manifest, i) for i in chosen),
                                  input_files=[manifest.volume_path(i) for i in chosen], exec_stats=None)
             tasks.append(ReadTask(read_fn, meta, schema=schema, per_task_row_limit=row_limit))

@@ -17,6 +17,7 @@ import pyarrow as pa
 
 from air_core import (
     DEFAULT_PREFETCH, Cache, CachedFile, FetchError, Manifest, RowGroup, RowSlice, read_items, unit_of,
+    without_skips,
 )
 from air_core.tabular import read_units
 
@@ -69,7 +70,8 @@ def files_schema(*, include_paths: bool, contents_type: pa.DataType | None) -> p
 
 
 def files_read_fn(source: TaskSource, rows: Sequence[Row], *, include_paths: bool, contents_type: pa.DataType | None,
-                  max_block_bytes: int, max_block_rows: int | None = None) -> Callable[[], Iterator[pa.Table]]:
+                  max_block_bytes: int, max_block_rows: int | None = None,
+                  keep_count: bool = False) -> Callable[[], Iterator[pa.Table]]:
     """A read task's function for files mode: one row per file, with its contents as `contents_type`.
 
     A block ends once its files hold `max_block_bytes` (less, when that keeps
@@ -78,6 +80,8 @@ def files_read_fn(source: TaskSource, rows: Sequence[Row], *, include_paths: boo
     pieces as soon as they are fetched. `max_block_rows`
     (Ray's per-task row limit, as in `take(n)`) ends a block early and bounds
     the fetches ahead, so a limited read fetches little more than it needs.
+    `keep_count`: a file skipped under `on_error="skip"` is stood in for (see
+    `air_core.without_skips`).
     """
     schema = files_schema(include_paths=include_paths, contents_type=contents_type)
     if contents_type == pa.binary():
@@ -98,7 +102,8 @@ def files_read_fn(source: TaskSource, rows: Sequence[Row], *, include_paths: boo
         fetch = dict(source.fetch)
         if max_block_rows:
             fetch["prefetch"] = min(fetch.get("prefetch", DEFAULT_PREFETCH), max_block_rows)
-        for f in read_items(manifest, range(len(manifest)), source.cache(), local_root=source.local_root, **fetch):
+        records = read_items(manifest, range(len(manifest)), source.cache(), local_root=source.local_root, **fetch)
+        for f in without_skips(records, keep_count=keep_count):
             files.append(f)
             held += f.size
             if held >= max_block_bytes or len(files) == max_block_rows:

@@ -8,7 +8,7 @@ import torch.utils.data
 
 from ..manifest import Manifest
 from ..plan import Balance, Equalize
-from ..stream import DEFAULT_PREFETCH, DEFAULT_PREFETCH_BYTES, FileStream
+from ..stream import DEFAULT_PREFETCH, DEFAULT_PREFETCH_BYTES, FileStream, OnError
 
 
 @runtime_checkable
@@ -70,6 +70,8 @@ class UCVolumeDataset(torch.utils.data.IterableDataset):
             several workers, else 64; see `air_core.stream.default_fetch_threads`).
         prefetch: most files fetched ahead of the consumer, per worker.
         prefetch_bytes: most bytes fetched ahead of the consumer, per worker.
+        on_error: "raise" (default) or "skip": leave out, with a warning, a file that stays
+            unreadable through every retry (see `air_core.FileStream`).
     """
 
     def __init__(
@@ -87,12 +89,13 @@ class UCVolumeDataset(torch.utils.data.IterableDataset):
         fetch_threads: int | None = None,
         prefetch: int = DEFAULT_PREFETCH,
         prefetch_bytes: int = DEFAULT_PREFETCH_BYTES,
+        on_error: OnError = "raise",
     ) -> None:
         super().__init__()
         self._stream = FileStream(
             path, include=include, exclude=exclude, shuffle=shuffle, seed=seed, balance=balance,
             equalize=equalize, cache_dir=cache_dir, cache_limit=cache_limit, fetch_threads=fetch_threads,
-            prefetch=prefetch, prefetch_bytes=prefetch_bytes,
+            prefetch=prefetch, prefetch_bytes=prefetch_bytes, on_error=on_error,
         )
         # Whether a pass has begun on this copy: the next pass is then the next epoch.
         self._ran = False
