@@ -2,6 +2,8 @@
 
 `FileStream` streams the files of a Unity Catalog volume folder, cached on
 node-local disk on first access, partitioned over (rank x DataLoader worker).
+`export_delta` exports a Delta table to Parquet on a volume (`air_core.delta`;
+loaded on first use, with the `delta` extra).
 """
 
 from .cache import Cache, CacheStats, default_dir
@@ -16,5 +18,14 @@ from .stream import CachedFile, FileStream, read_items
 __all__ = [
     "AirError", "Cache", "CacheStats", "CachedFile", "EmptyVolumeError", "FetchError", "FileStream", "Grid",
     "Manifest", "ManifestMismatchError", "OptionError", "StateError", "VolumePathError", "default_dir",
-    "list_folder", "read_items", "run_state",
+    "export_delta", "list_folder", "read_items", "run_state",
 ]
+
+
+def __getattr__(name: str):
+    # Lazily, so that importing air_core loads neither pyarrow nor deltalake.
+    if name == "export_delta":
+        from .delta import export_delta
+
+        return export_delta
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

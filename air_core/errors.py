@@ -27,3 +27,7 @@ class StateError(AirError, ValueError):
 
 class OptionError(AirError, ValueError):
     """An option with an unknown name or a value out of range."""
+
+
+class TableError(AirError, ValueError):
+    """A table that cannot be exported: not a Delta table, a version it does not have, or unreadable data."""
