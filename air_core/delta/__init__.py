@@ -12,8 +12,8 @@ write with only what object storage offers (no links, locks, folder renames
 or appends): each export is written into a folder of its own under
 `dest/_exports/`, then `dest/_air_export.json`, a pointer written whole and
 renamed into place, names it. A reader never sees half an export, a killed
-export leaves the previous one served, and old exports are removed an hour
-after they were replaced.
+export leaves the previous one served, and an export replaced an hour ago
+or more is removed by the next export.
 
 What to give a reader: this library's front doors resolve `dest` themselves
 (`current_export`). Any other reader (`load_dataset("parquet", data_dir=...)`,
