@@ -5,6 +5,8 @@ node-local disk on first access, partitioned over (rank x DataLoader worker).
 `resolve_source` is how every front door turns what a user gives into what
 it reads. The names here are the core's public API; `air_core.tabular`
 (Parquet row groups, needs pyarrow) and `air_core.torch` are public modules.
+`export_delta` exports a Delta table to Parquet on a volume (`air_core.delta`;
+loaded on first use, with the `delta` extra).
 """
 
 from .cache import Cache, CacheStats, default_dir, entry_path_length
@@ -30,6 +32,15 @@ __all__ = [
     "FileStream", "Grid", "MODES", "Manifest", "ManifestMismatchError", "Mode", "ON_ERRORS", "OnError",
     "OptionError", "ParquetError", "RowGroup", "RowSlice", "Skipped", "Source", "StateError", "VolumePathError",
     "check_columns", "default_dir", "default_fetch_threads", "detect_rank", "detect_worker", "entry_path_length",
-    "epoch_order", "list_folder", "rank_shares", "read_items", "resolve_source", "run_state", "snake",
+    "epoch_order", "export_delta", "list_folder", "rank_shares", "read_items", "resolve_source", "run_state", "snake",
     "split_rows", "unit_of", "without_skips",
 ]
+
+
+def __getattr__(name: str):
+    # Lazily, so that importing air_core loads neither pyarrow nor deltalake.
+    if name == "export_delta":
+        from .delta import export_delta
+
+        return export_delta
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -10,8 +10,8 @@ def add_export_delta_command(subparsers: "argparse._SubParsersAction") -> argpar
     p = subparsers.add_parser(
         "export-delta", help="export a Delta table as Parquet files on a volume (atomic, once per version)",
         description="Export a Delta table (read through its log with deltalake, no Spark) as Parquet files "
-                    "under DEST. DEST becomes a link to the current export; exporting a version DEST already "
-                    "holds writes nothing.")
+                    "under DEST, published atomically: readers of DEST see the previous export or the new one, "
+                    "never half of one. Exporting a version DEST already holds writes nothing.")
     p.add_argument("table", help="the Delta table: a volume path (/Volumes/...), a local path or a URI")
     p.add_argument("dest", help="volume folder to publish the export at, /Volumes/<catalog>/<schema>/<volume>/...")
     p.add_argument("--version", type=int, help="table version to export (default: the latest)")
@@ -31,4 +31,4 @@ def run_export_delta(args: argparse.Namespace) -> None:
     if r.skipped:
         print(f"{r.dest} already holds version {r.version} of {r.table}: nothing written")
     else:
-        print(f"exported version {r.version} of {r.table}: {r.rows} rows in {len(r.files)} files at {r.dest}")
+        print(f"exported version {r.version} of {r.table}: {r.rows} rows in {len(r.files)} files at {r.path}")

@@ -31,3 +31,7 @@ class OptionError(AirError, ValueError):
 
 class ParquetError(AirError, ValueError):
     """A file that is not readable Parquet, or Parquet files that do not share one schema."""
+
+
+class TableError(AirError, ValueError):
+    """A table that cannot be exported: not a Delta table, a version it does not have, or unreadable data."""

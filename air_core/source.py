@@ -115,7 +115,8 @@ def resolve_source(
 
     Args:
         path: a volume folder, `/Volumes/c/s/v/...` or `dbfs:/Volumes/...`;
-            with `delta_table`, where the table is exported.
+            with `delta_table`, where the table is exported. The destination
+            of an `export_delta` reads as its current export.
         mode: "auto" ("parquet" when every file is `.parquet`, "files" when
             none is, an error for a mix), "files" or "parquet".
         include: glob(s) of files to keep, relative to `path` (`*` crosses `/`).
@@ -146,6 +147,10 @@ def resolve_source(
         path, mode = export_delta(delta_table, path, spark=spark, version=delta_version).path, "parquet"
     elif delta_version is not None or spark is not None:
         raise OptionError("delta_version= and spark= go with delta_table=: name the table to export")
+    elif manifest is None:
+        from .delta.publication import current_export
+
+        path = current_export(path) or path  # an export's destination reads as its current export
     selection = {"include": include, "exclude": exclude, "extensions": _extensions(file_extensions)}
     if manifest is None:
         manifest = dist.list_once(lambda: list_folder(path, **selection), _listings(cache_dir))

@@ -146,3 +146,21 @@ def test_parquet_without_rows_and_unreadable_parquet_are_refused_when_resolving(
     volume.write("bad/a.parquet", b"not parquet")
     with pytest.raises(ParquetError, match="a.parquet is not a readable Parquet file"):
         resolve_source(volume.path("bad"))
+
+
+def test_an_export_destination_reads_as_its_current_export_through_every_front_door(volume, tmp_path):
+    from deltalake import write_deltalake
+
+    from air_core import export_delta
+
+    table = volume.local("tables/t")
+    write_deltalake(str(table), pa.table({"id": list(range(10))}))
+    dest = volume.path("exports/t")
+    first = export_delta(volume.path("tables/t"), dest)
+    write_deltalake(str(table), pa.table({"id": list(range(10, 15))}), mode="append")
+    assert sorted(r["id"] for r in open_hf(dest, cache_dir=str(tmp_path / "hf"))) == list(range(10))
+    second = export_delta(volume.path("tables/t"), dest)
+    assert resolve_source(dest).path == second.path != first.path
+    assert sorted(r["id"] for r in open_hf(dest, cache_dir=str(tmp_path / "hf2"))) == list(range(15))
+    assert open_ray(dest)._source.path == second.path
+    assert {f.path.rsplit("/", 2)[-2] for f in open_stream(dest)} == {second.path.rsplit("/", 1)[1]}

@@ -1,0 +1,323 @@
+"""Publishing exports on a volume with only what object storage offers; pure file I/O (no pyarrow).
+
+A volume is object storage behind FUSE: files can be created and written
+front to back, renamed and deleted, folders made and listed, but there are
+no symbolic links, no locks, no folder renames and no appends. So an export
+is never moved into place: each one is written into a folder of its own,
+and a small pointer file, written whole under a temporary name and then
+renamed over the previous pointer, names the current one:
+
+    dest/_air_export.json                      the pointer: which export is current (+ table, version, files, rows)
+    dest/_exports/v7-20250612T101500Z-3f9a1c2b0d4e/part-3f9a1c2b0d4e-0.parquet   the current export
+    dest/_exports/v6-20250611T091200Z-91b0c2d3e4f5/...                            a previous one, kept an hour
+
+Every name in `dest` starts with `_` or `.`, so a plain listing of `dest`
+finds nothing, rather than several exports mixed: readers resolve `dest`
+with `current_export`, which returns the current export's own folder. That
+folder holds only the export's Parquet files, and stays in place for at
+least `GRACE_SECONDS` after a newer export replaces it, so a reader that
+resolved it reads one consistent version to the end.
+
+Promises:
+
+- Readers never see a half-written export: the pointer names a folder only
+  once all of its files are written; a process killed at any point leaves
+  the previous pointer, and so the previous export, served.
+- Exporting what the pointer already names (same table, version and sizes)
+  reads the pointer and writes nothing.
+- Exporters of one destination on one node take turns under a lock on the
+  node's local disk (a per-user folder under the temp dir), so the second
+  finds the export done. Exporters on different nodes each write their own
+  uniquely named folder; the last pointer renamed wins, and each pointer
+  names one complete export.
+- Exports replaced more than `GRACE_SECONDS` ago, and leftovers of killed or
+  losing exporters untouched for that long, are removed by a later export.
+
+A reader that does not use this library (`load_dataset("parquet",
+data_dir=...)`, `spark.read.parquet`) is given the current export's folder:
+`ExportResult.path`, `current_export(dest)`, or `dest` joined with the
+pointer's `"folder"` (`"_exports/<name>"`). Its `"files"` lists the Parquet
+files in that folder.
+"""
+
+from __future__ import annotations
+
+import calendar
+import contextlib
+import hashlib
+import json
+import os
+import posixpath
+import re
+import secrets
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+from filelock import FileLock
+
+from .. import volume
+from ..errors import VolumePathError
+
+POINTER = "_air_export.json"
+EXPORTS = "_exports"
+GRACE_SECONDS = 3600.0
+_FORMAT = 2
+_POINTER_TMP = f".{POINTER}."
+_STAMP = "%Y%m%dT%H%M%SZ"
+_NAME = re.compile(r"(?:v\d+|snapshot)-(\d{8}T\d{6}Z)-[0-9a-f]+")
+
+
+@dataclass(frozen=True)
+class ExportResult:
+    """What an export holds.
+
+    Attributes:
+        dest: the destination's volume path (see `current_export`).
+        path: the volume path of this export's own folder, which holds
+            exactly its Parquet files; give it to readers that list a folder.
+        table: the table as identified (a volume path, a URI or a table name).
+        version: the table version exported (None when Spark cannot tell it).
+        files: the Parquet files, relative to `path`, sorted.
+        rows: rows in all files.
+        skipped: True when `dest` already held this export and nothing was written.
+    """
+
+    dest: str
+    path: str
+    table: str
+    version: int | None
+    files: tuple[str, ...]
+    rows: int
+    skipped: bool
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """A table version ready to export, as an engine prepares it.
+
+    Attributes:
+        key: what identifies the export (table, version, sizes); an export
+            whose key equals the current one's is skipped. JSON-serialisable.
+        write: writes the rows as Parquet into a local folder it creates
+            (`write(folder, token)`, `token` unique to this export, for file
+            names) and returns the number of rows written.
+        root: the table's local folder, if it has one: the destination must
+            not lie inside it.
+    """
+
+    key: dict
+    write: Callable[[str, str], int]
+    root: str | None = None
+
+
+def current_export(path: str) -> str | None:
+    """The folder of the current export, when `path` is a destination of `export_delta`.
+
+    Args:
+        path: a volume path, `/Volumes/...` or `dbfs:/Volumes/...`.
+
+    Returns:
+        When `path` holds an export pointer: the volume path of the folder
+        holding the current complete export, whose recursive listing
+        (skipping names starting with `.` or `_`) is exactly that export's
+        Parquet files. None for any other path (a plain folder, a file, a
+        path that does not exist, a destination whose first export is not
+        done yet).
+
+    Raises:
+        VolumePathError: the path is not a volume path; or it is a
+            destination whose pointer names a missing export; or one left by
+            an earlier version of export_delta.
+    """
+    vp = volume.parse(path)
+    pointer = _read_pointer(vp)
+    if pointer is None:
+        return None
+    folder = f"{vp.path}/{pointer['folder']}"
+    if not os.path.isdir(f"{vp.local}/{pointer['folder']}"):
+        raise VolumePathError(f"{vp.path} is an export destination whose current export {folder} is missing "
+                              "(removed by hand?): export the table to it again")
+    return folder
+
+
+class Destination:
+    """A volume folder that exports are published under (see the module docstring)."""
+
+    def __init__(self, dest: str) -> None:
+        """Validate the destination's path; raises `VolumePathError`."""
+        vp = volume.parse(dest)
+        if vp.path == vp.volume:
+            raise VolumePathError(f"{vp.path} is a volume's root: export into a folder inside it, "
+                                  f"e.g. {vp.volume}/exports/<name>")
+        if posixpath.basename(vp.path)[0] in "._":
+            raise VolumePathError(f"{vp.path}: a destination starting with '.' or '_' is skipped by listings; "
+                                  "choose a name that readers will see")
+        self.vp = vp
+
+    def publish(self, snapshot: Snapshot) -> ExportResult:
+        """Write `snapshot` into a fresh export folder and point the destination at it, unless it is current.
+
+        Raises:
+            VolumePathError: the destination lies inside the table, holds
+                something other than exports, or cannot be written.
+        """
+        self._check_outside(snapshot.root)
+        current = self._current()
+        if self._holds(current, snapshot.key):
+            return self._result(current, skipped=True)
+        if not os.path.isdir(self.vp.local_volume):
+            raise VolumePathError(f"the volume {self.vp.volume} does not exist: create it, or check the "
+                                  f"catalog, schema and volume names in {self.vp.path}")
+        with _node_lock(self.vp.local):
+            current = self._current()  # another process of this node may have exported while this one waited
+            if self._holds(current, snapshot.key):
+                return self._result(current, skipped=True)
+            exports = os.path.join(self.vp.local, EXPORTS)
+            try:
+                os.makedirs(exports, exist_ok=True)
+                volume.check_inside(self.vp, exports)
+            except OSError as e:
+                raise VolumePathError(f"cannot write an export into {self.vp.path}: {e.strerror or e}; "
+                                      "choose a destination you can write to") from None
+            token = secrets.token_hex(6)
+            version, started = snapshot.key.get("version"), time.gmtime()
+            name = f"{'snapshot' if version is None else f'v{version}'}-{time.strftime(_STAMP, started)}-{token}"
+            folder = os.path.join(exports, name)
+            try:
+                rows = snapshot.write(folder, token)
+            except BaseException:
+                shutil.rmtree(folder, ignore_errors=True)
+                raise
+            files = sorted(n for n in os.listdir(folder) if n.endswith(".parquet") and n[0] not in "._")
+            pointer = {"format": _FORMAT, "folder": f"{EXPORTS}/{name}", "key": snapshot.key, "files": files,
+                       "rows": rows, "exported_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", started)}
+            self._point_at(pointer, token)
+            return self._result(pointer, skipped=False)
+
+    def _check_outside(self, table_root: str | None) -> None:
+        """Refuse a destination inside the table: the export would be written into the table's folder."""
+        if table_root is None:
+            return
+        root = os.path.realpath(table_root).rstrip("/")
+        here = os.path.join(os.path.realpath(os.path.dirname(self.vp.local)), os.path.basename(self.vp.local))
+        if here == root or here.startswith(root + "/"):
+            raise VolumePathError(f"{self.vp.path} is inside the table {table_root}: exporting there would "
+                                  "write into the table's own folder; choose a destination outside it")
+
+    def _current(self) -> dict | None:
+        """The pointer, or None when no export is published yet; refuses a folder holding anything else."""
+        pointer = _read_pointer(self.vp)
+        local = self.vp.local
+        if pointer is not None or not os.path.lexists(local):
+            return pointer
+        if not os.path.isdir(local) or any(n not in (EXPORTS, POINTER) and not n.startswith(_POINTER_TMP)
+                                           for n in os.listdir(local)):
+            raise VolumePathError(f"{self.vp.path} already exists and is not an export made by export_delta; "
+                                  "remove it or choose another destination")
+        return _read_pointer(self.vp)  # one another exporter published since the read above, or None
+
+    def _holds(self, pointer: dict | None, key: dict) -> bool:
+        return (pointer is not None and pointer["key"] == key
+                and os.path.isdir(os.path.join(self.vp.local, pointer["folder"])))
+
+    def _result(self, pointer: dict, skipped: bool) -> ExportResult:
+        key = pointer["key"]
+        return ExportResult(dest=self.vp.path, path=f"{self.vp.path}/{pointer['folder']}", table=key["table"],
+                            version=key["version"], files=tuple(pointer["files"]), rows=pointer["rows"],
+                            skipped=skipped)
+
+    def _point_at(self, pointer: dict, token: str) -> None:
+        """Make `pointer` current (the commit point), then remove what has been retired long enough."""
+        now = time.time()
+        # Read again just before replacing it: an exporter on another node may have published meanwhile,
+        # and the export it names must be kept for readers now on it.
+        previous = _read_pointer(self.vp)
+        retired = {} if previous is None else {
+            f: t for f, t in previous.get("retired", {}).items()
+            if os.path.isdir(os.path.join(self.vp.local, f))}
+        if previous is not None:
+            retired[previous["folder"]] = now
+        pointer["retired"] = retired
+        tmp = os.path.join(self.vp.local, _POINTER_TMP + token)
+        with open(tmp, "w") as f:
+            json.dump(pointer, f, indent=1)
+        os.replace(tmp, os.path.join(self.vp.local, POINTER))
+        self._sweep(pointer, now)
+
+    def _sweep(self, pointer: dict, now: float) -> None:
+        """Remove exports retired `GRACE_SECONDS` ago, and leftovers (of killed or losing exporters) as old."""
+        exports = os.path.join(self.vp.local, EXPORTS)
+        retired = {posixpath.basename(f): t for f, t in pointer["retired"].items()}
+        current = posixpath.basename(pointer["folder"])
+        for entry in os.scandir(exports):
+            if entry.name == current:
+                continue
+            since = retired.get(entry.name)
+            if since is None:
+                since = _last_touched(entry)
+            if now - since >= GRACE_SECONDS:
+                _remove(entry)
+        for entry in os.scandir(self.vp.local):
+            with contextlib.suppress(FileNotFoundError):  # renamed into place by another exporter meanwhile
+                if entry.name.startswith(_POINTER_TMP) and now - entry.stat().st_mtime >= GRACE_SECONDS:
+                    _remove(entry)
+
+
+def _read_pointer(vp: volume.VolumePath) -> dict | None:
+    """The destination's pointer, checked; None when there is none."""
+    try:
+        with open(os.path.join(vp.local, POINTER)) as f:
+            text = f.read()
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    try:
+        pointer = json.loads(text)
+    except ValueError:
+        pointer = None
+    if isinstance(pointer, dict) and pointer.get("format") == 1:
+        raise VolumePathError(
+            f"{vp.path} holds an export made by an earlier version of export_delta (a link to a hidden folder "
+            f"beside it): remove {vp.path} and {posixpath.dirname(vp.path)}/.{posixpath.basename(vp.path)}.exports, "
+            "then export again")
+    folder = pointer.get("folder") if isinstance(pointer, dict) else None
+    if (not isinstance(pointer, dict) or pointer.get("format") != _FORMAT or not isinstance(folder, str)
+            or not folder.startswith(EXPORTS + "/") or not _NAME.fullmatch(folder[len(EXPORTS) + 1:])):
+        raise VolumePathError(f"{vp.path}/{POINTER} is not a pointer written by export_delta: remove it, "
+                              "or choose another destination")
+    return pointer
+
+
+def _last_touched(entry: os.DirEntry) -> float:
+    """When a folder in `_exports` was last written: its name's creation time, or its newest entry's mtime."""
+    m = _NAME.fullmatch(entry.name)
+    newest = calendar.timegm(time.strptime(m.group(1), _STAMP)) if m else 0.0
+    with contextlib.suppress(FileNotFoundError):
+        newest = max(newest, entry.stat(follow_symlinks=False).st_mtime)
+        for root, dirs, files in os.walk(entry.path):
+            for name in dirs + files:
+                with contextlib.suppress(FileNotFoundError):
+                    newest = max(newest, os.lstat(os.path.join(root, name)).st_mtime)
+    return newest
+
+
+def _remove(entry: os.DirEntry) -> None:
+    # Exporters on other nodes may sweep the same entry at the same time: gone is fine.
+    if entry.is_dir(follow_symlinks=False):
+        shutil.rmtree(entry.path, ignore_errors=True)
+    else:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(entry.path)
+
+
+def _node_lock(local_dest: str) -> FileLock:
+    """A lock on this node's local disk for one destination: a volume has no locks, a local disk does."""
+    folder = os.path.join(tempfile.gettempdir(), f"air-export-locks-{os.getuid()}")
+    os.makedirs(folder, mode=0o700, exist_ok=True)
+    digest = hashlib.sha256(os.path.realpath(local_dest).encode()).hexdigest()[:32]
+    return FileLock(os.path.join(folder, f"{digest}.lock"))
+
+
+__all__ = ["EXPORTS", "GRACE_SECONDS", "POINTER", "Destination", "ExportResult", "Snapshot", "current_export"]
