@@ -2,7 +2,7 @@
 
 A run's state is
 
-    {"version": 2, "epoch": e, "fingerprint": ..., "plan": {...}, "resumed_from": <run state> or None,
+    {"version": 3, "epoch": e, "fingerprint": ..., "plan": {...}, "resumed_from": <run state> or None,
      "streams": [{"grid": [rank, world_size, worker, num_workers], "consumed": n}, ...]}
 
 Each stream delivered the first `consumed` items of its plan, and the plans of
@@ -28,24 +28,32 @@ from .plan import Balance, Equalize, rank_shares, worker_share
 
 # 2: a resume on as many ranks keeps each rank on its own share; version 1 dealt
 # the rest again, so its chained resumes would be read as other plans than ran.
-VERSION = 2
+# 3: shuffled epochs take another order (one numpy can compute at scale), so a
+# shuffled state saved mid-epoch by an earlier version names other items.
+VERSION = 3
 
 
 def check_version(state: dict) -> None:
     """Refuse a stream or run state whose resumes this version would plan otherwise.
 
     A state without a version is from version 1 (unless it gathers stream
-    states of this version by hand): its plans match this version's unless it
-    resumes a resume.
+    states of this version by hand). Earlier versions planned as this one does
+    except for the shuffled order, and version 1 also for resumed resumes: a
+    state is refused when it depends on what differs.
     """
     streams = state.get("streams", ())
     version = state.get("version", VERSION if streams and all(s.get("version") == VERSION for s in streams) else 1)
     if version == VERSION:
         return
-    if version != 1:
+    if version not in (1, 2):
         raise StateError(f"state version {version!r} is not supported; this version reads {VERSION}")
-    chained = state.get("resumed_from") or any(s.get("resumed_from") for s in streams)
-    if chained:
+    levels = [state, *streams]
+    if state.get("plan", {}).get("shuffle", True) and any(s.get("consumed") or s.get("resumed_from") for s in levels):
+        raise StateError(
+            f"this state was saved mid-epoch by an earlier version (state version {version}), which shuffled "
+            "the epoch in another order: finish the epoch with that version, or start the epoch again"
+        )
+    if version == 1 and any(s.get("resumed_from") for s in levels):
         raise StateError(
             "this state was saved by an earlier version, which planned resumed epochs differently, and it "
             "resumes a resume: resume from the state it resumed (its 'resumed_from'), or start the epoch again"

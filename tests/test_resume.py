@@ -5,9 +5,9 @@ from collections import Counter
 
 import pytest
 
-from air_core import Grid
+from air_core import Grid, StateError
 from air_core.plan import plan, rank_shares
-from air_core.resume import delivered, plan as resume_plan
+from air_core.resume import VERSION, check_version, delivered, plan as resume_plan
 
 
 def stop(sizes, run, world_size, num_workers, consumed, opts):
@@ -95,3 +95,24 @@ def test_chained_resumes_on_changing_grids_deliver_every_item_once(seed):
         assert max(Counter(got + left).values()) == 1  # leaves items out, never repeats one
     else:
         assert set(got + left) == set(range(len(sizes)))  # repeats items, never leaves one out
+
+
+def test_earlier_states_are_refused_where_the_new_shuffle_would_misread_them():
+    shuffled = {"seed": 0, "shuffle": True, "balance": "bytes", "equalize": "none"}
+    stream = {"epoch": 0, "fingerprint": "fp", "plan": shuffled, "grid": [0, 2, 0, 1], "consumed": 5,
+              "resumed_from": None}
+    for version in (2, None):  # None: version 1, which saved none
+        saved = {**stream, "version": version} if version else stream
+        with pytest.raises(StateError, match="shuffled the epoch in another order"):
+            check_version(saved)
+        check_version({**saved, "consumed": 0})  # at the epoch's start: nothing was read in the old order
+        check_version({**saved, "plan": {**shuffled, "shuffle": False}})  # unshuffled plans are unchanged
+    run = {"version": 2, "epoch": 0, "fingerprint": "fp", "plan": shuffled, "resumed_from": None,
+           "streams": [{"grid": [0, 2, 0, 1], "consumed": 0}, {"grid": [1, 2, 0, 1], "consumed": 3}]}
+    with pytest.raises(StateError, match="another order"):
+        check_version(run)
+    check_version({**run, "version": VERSION})
+    unshuffled = {**run, "plan": {**shuffled, "shuffle": False}}
+    check_version({**unshuffled, "resumed_from": dict(unshuffled)})  # version 2 resumed resumes as this one
+    with pytest.raises(StateError, match="resumes a resume"):
+        check_version({k: v for k, v in unshuffled.items() if k != "version"} | {"resumed_from": unshuffled})
