@@ -19,12 +19,13 @@ dealt again over the new grid.
 
 from __future__ import annotations
 
-from collections import Counter
 from typing import Sequence
+
+import numpy as np
 
 from .errors import StateError
 from .grid import Grid
-from .plan import Balance, Equalize, rank_shares, worker_share
+from .plan import Balance, Deal, Equalize, worker_parts
 
 # 2: a resume on as many ranks keeps each rank on its own share; version 1 dealt
 # the rest again, so its chained resumes would be read as other plans than ran.
@@ -87,7 +88,7 @@ def run_state(states: Sequence[dict]) -> dict:
 def plan(
     sizes: Sequence[int],
     grid: Grid,
-    run: dict | None,
+    state: dict | None,
     *,
     epoch: int = 0,
     seed: int = 0,
@@ -95,27 +96,27 @@ def plan(
     balance: Balance = "bytes",
     equalize: Equalize = "none",
 ) -> list[int]:
-    """The items one stream reads in `epoch` after resuming `run` (None: from the epoch's start), in order."""
+    """The items one stream reads in `epoch` after resuming the run `state` (None: from the epoch's start), in order."""
     planner = _Planner(sizes, epoch, dict(seed=seed, shuffle=shuffle, balance=balance, equalize=equalize))
-    return planner.stream(run, grid)
+    return planner.stream(state, grid).tolist()
 
 
 def delivered(
     sizes: Sequence[int],
-    run: dict,
+    state: dict,
     *,
     seed: int = 0,
     shuffle: bool = False,
     balance: Balance = "bytes",
     equalize: Equalize = "none",
 ) -> set[int]:
-    """The items a run had delivered, from its streams' saved positions."""
-    return _Planner(sizes, run["epoch"], dict(seed=seed, shuffle=shuffle, balance=balance,
-                                              equalize=equalize)).delivered(run)
+    """The items the run `state` had delivered, from its streams' saved positions."""
+    planner = _Planner(sizes, state["epoch"], dict(seed=seed, shuffle=shuffle, balance=balance, equalize=equalize))
+    return set(np.flatnonzero(planner.delivered(state)).tolist())
 
 
 class _Planner:
-    """Shares and deliveries of one epoch's chain of resumes, each level computed once.
+    """Shares and deliveries of one epoch's chain of resumes, as arrays, each level computed once.
 
     Levels are keyed by object identity: streams that share one `resumed_from`
     object cost one computation, so chained resumes cost linear, not
@@ -123,63 +124,78 @@ class _Planner:
     """
 
     def __init__(self, sizes: Sequence[int], epoch: int, opts: dict) -> None:
-        self.sizes, self.epoch, self.opts = sizes, epoch, opts
-        self._shares: dict[tuple[int, int], list[list[int]]] = {}
-        self._streams: dict[tuple[int, Grid], list[int]] = {}
-        self._delivered: dict[int, set[int]] = {}
+        self.sizes, self.epoch, self.opts = np.asarray(sizes, dtype=np.int64), epoch, opts
+        self._shares: dict[tuple[int, int], list[np.ndarray]] = {}
+        self._parts: dict[tuple[int, int, int, int], np.ndarray] = {}
+        self._delivered: dict[int, np.ndarray] = {}
 
-    def stream(self, run: dict | None, grid: Grid) -> list[int]:
-        key = (id(run), grid)
-        if key not in self._streams:  # asked twice per stream: for its rank's remainder and for the delivered set
-            share = self.shares(run, grid.world_size)[grid.rank]
-            self._streams[key] = worker_share(share, self.sizes, worker=grid.worker, num_workers=grid.num_workers,
-                                              balance=self.opts["balance"])
-        return self._streams[key]
+    def stream(self, state: dict | None, grid: Grid) -> np.ndarray:
+        """The items of one stream's plan after resuming `state`."""
+        share = self.shares(state, grid.world_size)[grid.rank]
+        return share[self.positions(state, grid)]
 
-    def shares(self, run: dict | None, world_size: int) -> list[list[int]]:
-        """Every rank's items after resuming `run` on `world_size` ranks."""
-        key = (id(run), world_size)
+    def positions(self, state: dict | None, grid: Grid) -> np.ndarray:
+        """Where one stream's items sit in its rank's share after resuming `state`."""
+        key = (id(state), grid.world_size, grid.rank, grid.num_workers)
+        if key not in self._parts:  # the rank's deal over its workers, computed once for all of them
+            share = self.shares(state, grid.world_size)[grid.rank]
+            self._parts[key] = worker_parts(share, self.sizes, grid.num_workers, self.opts["balance"])
+        return np.flatnonzero(self._parts[key] == grid.worker)
+
+    def shares(self, state: dict | None, world_size: int) -> list[np.ndarray]:
+        """Every rank's items after resuming `state` on `world_size` ranks."""
+        key = (id(state), world_size)
         if key not in self._shares:
-            if run is None:
-                out = rank_shares(self.sizes, world_size=world_size, epoch=self.epoch, **self.opts)
-            else:
-                out = self._kept(run, world_size) or rank_shares(
-                    self.sizes, world_size=world_size, epoch=self.epoch, exclude=self.delivered(run), **self.opts)
+            out = None if state is None else self._kept(state, world_size)
+            if out is None:
+                gone = None if state is None else self.delivered(state)
+                if gone is not None and not gone.any():
+                    gone = None  # nothing delivered: planned as at the epoch's start
+                out = Deal(self.sizes, world_size, epoch=self.epoch, excluded=gone, **self.opts).shares()
             self._shares[key] = out
         return self._shares[key]
 
-    def _kept(self, run: dict, world_size: int) -> list[list[int]] | None:
+    def _kept(self, state: dict, world_size: int) -> list[np.ndarray] | None:
         """What is left of each rank's own share, if the run had `world_size` ranks and that stays as even."""
-        streams = run["streams"]
+        streams = state["streams"]
         if not streams or any(Grid(*s["grid"]).world_size != world_size for s in streams):
             return None
         first = streams[0]
-        prior = first["resumed_from"] if "resumed_from" in first else run.get("resumed_from")
+        prior = first["resumed_from"] if "resumed_from" in first else state.get("resumed_from")
         own = self.shares(prior, world_size)
-        taken = [Counter() for _ in own]  # a count per item: a padded share holds an item twice
+        taken = [np.zeros(len(share), bool) for share in own]
         for s in streams:
             g = Grid(*s["grid"])
-            taken[g.rank].update(self.stream(prior, g)[: s["consumed"]])
-        kept = [[i for i in share if not _take(gone, i)] for share, gone in zip(own, taken)]
+            taken[g.rank][self.positions(prior, g)[: s["consumed"]]] = True
+        repeated = np.bincount(np.concatenate(own), minlength=len(self.sizes)) > 1  # padding repeats an item or two
+        kept = [share[~_first_of_each(share, used, repeated)] for share, used in zip(own, taken)]
         spread = max(map(len, own)) - min(map(len, own))
         return kept if max(map(len, kept)) - min(map(len, kept)) <= spread else None
 
-    def delivered(self, run: dict) -> set[int]:
-        if id(run) not in self._delivered:
-            shared = run.get("resumed_from")
-            out = set(self.delivered(shared)) if shared else set()
-            for s in run["streams"]:
+    def delivered(self, state: dict) -> np.ndarray:
+        """A mask of the items the run `state` had delivered."""
+        if id(state) not in self._delivered:
+            shared = state.get("resumed_from")
+            out = self.delivered(shared).copy() if shared else np.zeros(len(self.sizes), bool)
+            for s in state["streams"]:
                 prior = s["resumed_from"] if "resumed_from" in s else shared
                 if prior and prior is not shared:  # a stream that carries its own
                     out |= self.delivered(prior)
-                out.update(self.stream(prior, Grid(*s["grid"]))[: s["consumed"]])
-            self._delivered[id(run)] = out
-        return self._delivered[id(run)]
+                g = Grid(*s["grid"])
+                out[self.shares(prior, g.world_size)[g.rank][self.positions(prior, g)[: s["consumed"]]]] = True
+            self._delivered[id(state)] = out
+        return self._delivered[id(state)]
 
 
-def _take(counts: Counter, item: int) -> bool:
-    """Count one occurrence of `item` off; whether there was one."""
-    if counts[item]:
-        counts[item] -= 1
-        return True
-    return False
+def _first_of_each(share: np.ndarray, used: np.ndarray, repeated: np.ndarray) -> np.ndarray:
+    """The positions to take off `share` for the items read at `used`: of an item held twice, its first.
+
+    Streams read a padded share's repeat wherever their deal put it; the rest
+    keeps the order of the share without one occurrence per item read.
+    `repeated` marks the items that may be held twice.
+    """
+    gone = used.copy()
+    for item in np.unique(share[repeated[share]]):
+        at = np.flatnonzero(share == item)
+        gone[at] = np.arange(len(at)) < used[at].sum()
+    return gone
