@@ -23,6 +23,7 @@ be any sequence of ints or an int64 array.
 from __future__ import annotations
 
 import hashlib
+from functools import cached_property
 from typing import Collection, Literal, Sequence
 
 import numpy as np
@@ -38,7 +39,7 @@ EQUALIZES = ("none", "pad", "drop")
 
 def epoch_order(n: int, *, epoch: int, seed: int, shuffle: bool) -> list[int]:
     """range(n), permuted by (seed, epoch) when shuffling: the same on every rank."""
-    return _in_order(np.arange(n), _order_keys(n, epoch, seed, shuffle)).tolist()
+    return _epoch_order(n, epoch, seed, shuffle).tolist()
 
 
 def snake(items: Sequence[int], sizes: Sequence[int], parts: int) -> list[list[int]]:
@@ -69,9 +70,8 @@ def rank_shares(
     `exclude` removes items (already delivered ones, on resume) before
     partitioning, so the remainder is balanced again.
     """
-    sizes = np.asarray(sizes, dtype=np.int64)
-    deal = Deal(sizes, world_size, epoch=epoch, seed=seed, shuffle=shuffle, balance=balance, equalize=equalize,
-                excluded=_mask(len(sizes), exclude))
+    listing = Epoch(sizes, epoch=epoch, seed=seed, shuffle=shuffle)
+    deal = Deal(listing, world_size, balance=balance, equalize=equalize, excluded=_mask(len(listing.sizes), exclude))
     return [share.tolist() for share in deal.shares()]
 
 
@@ -96,41 +96,58 @@ def plan(
     exclude: Collection[int] = (),
 ) -> list[int]:
     """The items one stream (rank, worker) reads in `epoch`, in order."""
-    sizes = np.asarray(sizes, dtype=np.int64)
-    deal = Deal(sizes, grid.world_size, epoch=epoch, seed=seed, shuffle=shuffle, balance=balance,
-                equalize=equalize, excluded=_mask(len(sizes), exclude))
+    listing = Epoch(sizes, epoch=epoch, seed=seed, shuffle=shuffle)
+    deal = Deal(listing, grid.world_size, balance=balance, equalize=equalize,
+                excluded=_mask(len(listing.sizes), exclude))
     share = deal.share(grid.rank)
-    return share[worker_parts(share, sizes, grid.num_workers, balance) == grid.worker].tolist()
+    return share[worker_parts(share, listing.sizes, grid.num_workers, balance) == grid.worker].tolist()
+
+
+class Epoch:
+    """The two orders of all items that every deal of one epoch follows, computed once, as arrays.
+
+    A deal over part of the items (the rest of a resumed run) keeps them in
+    these orders: filtering them costs a pass, sorting again a sort.
+    """
+
+    def __init__(self, sizes: Sequence[int], *, epoch: int, seed: int, shuffle: bool) -> None:
+        self.sizes = np.asarray(sizes, dtype=np.int64)
+        self._shuffle = epoch, seed, shuffle
+
+    @cached_property
+    def order(self) -> np.ndarray:
+        """The items in the epoch's read order."""
+        return _epoch_order(len(self.sizes), *self._shuffle)
+
+    @cached_property
+    def by_size(self) -> np.ndarray:
+        """The items largest first, ties by item: the order of the bytes deal."""
+        return _stable_argsort(self.sizes.max(initial=0) - self.sizes)
 
 
 class Deal:
     """One epoch's items dealt over `world_size` ranks, as arrays: what `rank_shares` returns as lists.
 
-    `excluded` is a boolean mask over the items (None: nothing excluded). The
-    epoch order and each position's rank are computed once; a rank's share is
-    then one pass over them.
+    `excluded` is a boolean mask over the items (None: nothing excluded). Each
+    rank's share is one pass over the order and every position's rank.
     """
 
     def __init__(
-        self, sizes: np.ndarray, world_size: int, *, epoch: int, seed: int, shuffle: bool, balance: Balance,
-        equalize: Equalize, excluded: np.ndarray | None,
+        self, epoch: Epoch, world_size: int, *, balance: Balance, equalize: Equalize, excluded: np.ndarray | None,
     ) -> None:
         if balance not in BALANCES:
             raise OptionError(f"balance={balance!r}: choose one of {BALANCES}")
         if equalize not in EQUALIZES:
             raise OptionError(f"equalize={equalize!r}: choose one of {EQUALIZES}")
-        present = np.arange(len(sizes)) if excluded is None else np.flatnonzero(~excluded)
-        self.order = _in_order(present, _order_keys(len(sizes), epoch, seed, shuffle))
+        self.order = _without(epoch.order, excluded)
         if balance == "stride":
             # The reference's global id is worker * world + rank, so rank r holds order[r::world].
             self.rank_at = _cycle(np.arange(world_size, dtype=np.int32), len(self.order))
         else:
-            ranks = _snake(sizes if excluded is None else sizes[present], world_size)  # in item order: ties by item
-            if shuffle and excluded is not None:
-                by_item = np.empty(len(sizes), np.int32)
-                by_item[present] = ranks
-                ranks = by_item
-            self.rank_at = ranks[self.order] if shuffle else ranks
+            by_size = _without(epoch.by_size, excluded)
+            rank_of = np.empty(len(epoch.sizes), np.int32)
+            rank_of[by_size] = _snake_lanes(world_size, len(by_size))
+            self.rank_at = rank_of[self.order]
         self.world_size, self.equalize = world_size, equalize
         self.counts = np.bincount(self.rank_at, minlength=world_size)
         # A resume's remainder may be smaller than the grid: then, like any remainder, it is dropped.
@@ -172,11 +189,15 @@ def _snake(weights: np.ndarray, parts: int) -> np.ndarray:
     """The part each position goes to, dealt largest first in snake order, ties by position."""
     if parts == 1:  # one rank, or one worker: the sort would deal everything to it
         return np.zeros(len(weights), np.int32)
-    lanes = np.arange(parts, dtype=np.int32)
     part = np.empty(len(weights), np.int32)
-    if len(weights):
-        part[_stable_argsort(weights.max() - weights)] = _cycle(np.concatenate([lanes, lanes[::-1]]), len(weights))
+    part[_stable_argsort(weights.max(initial=0) - weights)] = _snake_lanes(parts, len(weights))
     return part
+
+
+def _snake_lanes(parts: int, n: int) -> np.ndarray:
+    """The part of the 1st, 2nd, ... largest item: 0..parts-1, parts-1..0, ..."""
+    lanes = np.arange(parts, dtype=np.int32)
+    return _cycle(np.concatenate([lanes, lanes[::-1]]), n)
 
 
 def _cycle(pattern: np.ndarray, n: int) -> np.ndarray:
@@ -206,34 +227,31 @@ def _grouped(values: np.ndarray, group: np.ndarray, groups: int) -> list[np.ndar
     return np.split(values[np.argsort(group.astype(np.min_scalar_type(groups)), kind="stable")], ends[:-1])
 
 
-def _order_keys(n: int, epoch: int, seed: int, shuffle: bool) -> np.ndarray | None:
-    """Each item's sort key in the epoch's order, or None for the listing's order.
+def _epoch_order(n: int, epoch: int, seed: int, shuffle: bool) -> np.ndarray:
+    """range(n) in the epoch's read order.
 
-    The keys are the raw output of a PCG64 seeded by (seed, epoch), whose
-    stream NumPy keeps stable across versions (`Generator.permutation`'s may
-    change): a resumed run plans the order it saved, whatever NumPy it runs
-    on. The item sits in a key's low bits, so the keys are distinct and
-    sorting them is a uniform shuffle.
+    The shuffle sorts the items by the raw output of a PCG64 seeded by (seed,
+    epoch), whose stream NumPy keeps stable across versions
+    (`Generator.permutation`'s may change): a resumed run plans the order it
+    saved, whatever NumPy it runs on. The item sits in a key's low bits, so
+    the keys are distinct, and one plain sort of them yields the items.
     """
     if not shuffle:
-        return None
+        return np.arange(n)
     digest = hashlib.sha256(f"air:{seed}:{epoch}".encode()).digest()
     keys = np.random.PCG64(int.from_bytes(digest, "little")).random_raw(n)
     bits = (n - 1).bit_length()
     keys >>= bits
     keys <<= bits
     keys |= np.arange(n, dtype=np.uint64)
-    return keys
+    keys.sort()
+    keys &= np.uint64((1 << bits) - 1)
+    return keys.view(np.int64)
 
 
-def _in_order(items: np.ndarray, keys: np.ndarray | None) -> np.ndarray:
-    """`items` (ascending) in the epoch's order: sorted by their keys, which it may overwrite."""
-    if keys is None:
-        return items
-    ordered = keys[items] if len(items) < len(keys) else keys  # all the items: sort their keys in place
-    ordered.sort()
-    ordered &= np.uint64((1 << (len(keys) - 1).bit_length()) - 1)
-    return ordered.view(np.int64)
+def _without(items: np.ndarray, excluded: np.ndarray | None) -> np.ndarray:
+    """`items` but the excluded ones, in their order."""
+    return items if excluded is None else items[~excluded[items]]
 
 
 def _mask(n: int, items: Collection[int]) -> np.ndarray | None:

@@ -25,7 +25,7 @@ import numpy as np
 
 from .errors import StateError
 from .grid import Grid
-from .plan import Balance, Deal, Equalize, worker_parts
+from .plan import Balance, Deal, Epoch, Equalize, worker_parts
 
 # 2: a resume on as many ranks keeps each rank on its own share; version 1 dealt
 # the rest again, so its chained resumes would be read as other plans than ran.
@@ -97,7 +97,7 @@ def plan(
     equalize: Equalize = "none",
 ) -> list[int]:
     """The items one stream reads in `epoch` after resuming the run `state` (None: from the epoch's start), in order."""
-    planner = _Planner(sizes, epoch, dict(seed=seed, shuffle=shuffle, balance=balance, equalize=equalize))
+    planner = _Planner(Epoch(sizes, epoch=epoch, seed=seed, shuffle=shuffle), balance, equalize)
     return planner.stream(state, grid).tolist()
 
 
@@ -111,35 +111,37 @@ def delivered(
     equalize: Equalize = "none",
 ) -> set[int]:
     """The items the run `state` had delivered, from its streams' saved positions."""
-    planner = _Planner(sizes, state["epoch"], dict(seed=seed, shuffle=shuffle, balance=balance, equalize=equalize))
+    planner = _Planner(Epoch(sizes, epoch=state["epoch"], seed=seed, shuffle=shuffle), balance, equalize)
     return set(np.flatnonzero(planner.delivered(state)).tolist())
 
 
 class _Planner:
     """Shares and deliveries of one epoch's chain of resumes, as arrays, each level computed once.
 
+    Every level deals in the orders of one `Epoch`, computed once.
+
     Levels are keyed by object identity: streams that share one `resumed_from`
     object cost one computation, so chained resumes cost linear, not
     exponential, time in their depth.
     """
 
-    def __init__(self, sizes: Sequence[int], epoch: int, opts: dict) -> None:
-        self.sizes, self.epoch, self.opts = np.asarray(sizes, dtype=np.int64), epoch, opts
+    def __init__(self, epoch: Epoch, balance: Balance, equalize: Equalize) -> None:
+        self.epoch, self.sizes, self.balance, self.equalize = epoch, epoch.sizes, balance, equalize
         self._shares: dict[tuple[int, int], list[np.ndarray]] = {}
         self._parts: dict[tuple[int, int, int, int], np.ndarray] = {}
         self._delivered: dict[int, np.ndarray] = {}
 
-    def stream(self, state: dict | None, grid: Grid) -> np.ndarray:
-        """The items of one stream's plan after resuming `state`."""
+    def stream(self, state: dict | None, grid: Grid, consumed: int | None = None) -> np.ndarray:
+        """The items of one stream's plan after resuming `state` (the first `consumed` of them)."""
         share = self.shares(state, grid.world_size)[grid.rank]
-        return share[self.positions(state, grid)]
+        return share[self.positions(state, grid)[:consumed]]
 
     def positions(self, state: dict | None, grid: Grid) -> np.ndarray:
         """Where one stream's items sit in its rank's share after resuming `state`."""
         key = (id(state), grid.world_size, grid.rank, grid.num_workers)
         if key not in self._parts:  # the rank's deal over its workers, computed once for all of them
             share = self.shares(state, grid.world_size)[grid.rank]
-            self._parts[key] = worker_parts(share, self.sizes, grid.num_workers, self.opts["balance"])
+            self._parts[key] = worker_parts(share, self.sizes, grid.num_workers, self.balance)
         return np.flatnonzero(self._parts[key] == grid.worker)
 
     def shares(self, state: dict | None, world_size: int) -> list[np.ndarray]:
@@ -151,7 +153,7 @@ class _Planner:
                 gone = None if state is None else self.delivered(state)
                 if gone is not None and not gone.any():
                     gone = None  # nothing delivered: planned as at the epoch's start
-                out = Deal(self.sizes, world_size, epoch=self.epoch, excluded=gone, **self.opts).shares()
+                out = Deal(self.epoch, world_size, balance=self.balance, equalize=self.equalize, excluded=gone).shares()
             self._shares[key] = out
         return self._shares[key]
 
@@ -181,8 +183,7 @@ class _Planner:
                 prior = s["resumed_from"] if "resumed_from" in s else shared
                 if prior and prior is not shared:  # a stream that carries its own
                     out |= self.delivered(prior)
-                g = Grid(*s["grid"])
-                out[self.shares(prior, g.world_size)[g.rank][self.positions(prior, g)[: s["consumed"]]]] = True
+                out[self.stream(prior, Grid(*s["grid"]), s["consumed"])] = True
             self._delivered[id(state)] = out
         return self._delivered[id(state)]
 
