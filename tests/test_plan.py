@@ -197,8 +197,9 @@ def old_plan(sizes, grid, *, balance="bytes", **opts):
                             balance=balance)
 
 
-# Sizes from a few values, zero among them: ties in the deal are the rule, not the exception.
-SIZES = st.lists(st.sampled_from([0, 1, 2, 3, 100, 150_000]) | st.integers(0, 1 << 40), max_size=70)
+# Sizes from a few values, zero among them: ties in the deal are the rule, not the exception. Sizes near
+# 2**62 leave no room to pack a position beside them: the deal then takes its other sort.
+SIZES = st.lists(st.sampled_from([0, 1, 2, 3, 100, 150_000]) | st.integers(0, 1 << 62), max_size=70)
 OPTS = st.fixed_dictionaries({
     "epoch": st.integers(0, 3), "seed": st.integers(-2, 1 << 70), "shuffle": st.booleans(),
     "balance": st.sampled_from(["bytes", "stride"]), "equalize": st.sampled_from(["none", "pad", "drop"]),
