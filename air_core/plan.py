@@ -14,12 +14,19 @@ holds only its own share. Shuffling reorders the items inside each share.
 
 "stride" reproduces the reference's `files[gid::R*W]`, gid = worker * R + rank,
 over the epoch order.
+
+The work is done on numpy arrays: at 10**7 items a plan costs a few sorts of
+the listing, and only the asked stream's items become Python ints. `sizes` may
+be any sequence of ints or an int64 array.
 """
 
 from __future__ import annotations
 
-import random
+import hashlib
+from functools import cached_property
 from typing import Collection, Literal, Sequence
+
+import numpy as np
 
 from .errors import OptionError
 from .grid import Grid
@@ -32,10 +39,7 @@ EQUALIZES = ("none", "pad", "drop")
 
 def epoch_order(n: int, *, epoch: int, seed: int, shuffle: bool) -> list[int]:
     """range(n), permuted by (seed, epoch) when shuffling: the same on every rank."""
-    order = list(range(n))
-    if shuffle:
-        random.Random(f"air:{seed}:{epoch}").shuffle(order)
-    return order
+    return _epoch_order(n, epoch, seed, shuffle).tolist()
 
 
 def snake(items: Sequence[int], sizes: Sequence[int], parts: int) -> list[list[int]]:
@@ -43,41 +47,11 @@ def snake(items: Sequence[int], sizes: Sequence[int], parts: int) -> list[list[i
 
     Ties in size go by item, so the deal does not depend on the input order.
     """
-    if parts == 1:  # one rank, or one worker: the sort would deal everything to it
-        return [list(items)]
-    n = len(items)
-    weight = [sizes[i] for i in items]
-    # Two sorts keyed by C-level getters (a stable descending sort keeps the item order of ties)
-    # cost half of one keyed by a Python lambda: every DataLoader worker deals its rank's share each epoch.
-    by_size = sorted(sorted(range(n), key=items.__getitem__), key=weight.__getitem__, reverse=True)
-    period = 2 * parts
-    lanes = [j if j < parts else period - 1 - j for j in range(period)] * (n // period + 1)
-    part_of = [0] * n
-    for k, lane in zip(by_size, lanes):
-        part_of[k] = lane
-    out: list[list[int]] = [[] for _ in range(parts)]
-    for lane, item in zip(part_of, items):
-        out[lane].append(item)
-    return out
-
-
-def _stride_ranks(order: Sequence[int], world: int) -> list[list[int]]:
-    # The reference's global id is worker * world + rank, so rank r holds order[r::world].
-    return [list(order[r::world]) for r in range(world)]
-
-
-def _equalize(shares: list[list[int]], order: Sequence[int], how: str) -> list[list[int]]:
-    counts = [len(s) for s in shares]
-    if how == "none" or min(counts) == max(counts):
-        return shares
-    if how == "drop":
-        return [s[: min(counts)] for s in shares]
-    target = max(counts)
-    out = []
-    for s in shares:
-        source = s or list(order)  # a rank with nothing repeats items from the whole order
-        out.append(s + [source[k % len(source)] for k in range(target - len(s))])
-    return out
+    items = np.asarray(items, dtype=np.int64)
+    by_item = _stable_argsort(items - items.min()) if len(items) else items
+    part = np.empty(len(items), np.int32)
+    part[by_item] = _snake(np.asarray(sizes, dtype=np.int64)[items[by_item]], parts)
+    return [share.tolist() for share in _grouped(items, part, parts)]
 
 
 def rank_shares(
@@ -96,38 +70,18 @@ def rank_shares(
     `exclude` removes items (already delivered ones, on resume) before
     partitioning, so the remainder is balanced again.
     """
-    if balance not in BALANCES:
-        raise OptionError(f"balance={balance!r}: choose one of {BALANCES}")
-    if equalize not in EQUALIZES:
-        raise OptionError(f"equalize={equalize!r}: choose one of {EQUALIZES}")
-    order = epoch_order(len(sizes), epoch=epoch, seed=seed, shuffle=shuffle)
-    if exclude:
-        skip = set(exclude)
-        order = [i for i in order if i not in skip]
-    if balance == "stride":
-        shares = _stride_ranks(order, world_size)
-    else:
-        shares = snake(order, sizes, world_size)
-    # A resume's remainder may be smaller than the grid: then, like any remainder, it is dropped.
-    if equalize == "drop" and order and not exclude and not min(map(len, shares)):
-        raise OptionError(
-            f"equalize='drop' with {len(order)} items over {world_size} ranks leaves every rank "
-            "empty: use equalize='pad', or fewer ranks"
-        )
-    return _equalize(shares, order, equalize)
+    listing = Epoch(sizes, epoch=epoch, seed=seed, shuffle=shuffle)
+    deal = Deal(listing, world_size, balance=balance, equalize=equalize, excluded=_mask(len(listing.sizes), exclude))
+    return [share.tolist() for share in deal.shares()]
 
 
 def worker_share(
     share: Sequence[int], sizes: Sequence[int], *, worker: int, num_workers: int, balance: Balance = "bytes"
 ) -> list[int]:
     """One DataLoader worker's part of its rank's share, in read order."""
-    if num_workers == 1:
-        return list(share)
-    if balance == "stride":
-        return list(share[worker::num_workers])
-    # Positions, not items: a padded share may hold an item twice.
-    positions = snake(list(range(len(share))), [sizes[i] for i in share], num_workers)[worker]
-    return [share[p] for p in positions]
+    share = np.asarray(share, dtype=np.int64)
+    parts = worker_parts(share, np.asarray(sizes, dtype=np.int64), num_workers, balance)
+    return share[parts == worker].tolist()
 
 
 def plan(
@@ -142,9 +96,169 @@ def plan(
     exclude: Collection[int] = (),
 ) -> list[int]:
     """The items one stream (rank, worker) reads in `epoch`, in order."""
-    shares = rank_shares(
-        sizes, world_size=grid.world_size, epoch=epoch, seed=seed,
-        shuffle=shuffle, balance=balance, equalize=equalize, exclude=exclude,
-    )
-    return worker_share(shares[grid.rank], sizes, worker=grid.worker, num_workers=grid.num_workers,
-                        balance=balance)
+    listing = Epoch(sizes, epoch=epoch, seed=seed, shuffle=shuffle)
+    deal = Deal(listing, grid.world_size, balance=balance, equalize=equalize,
+                excluded=_mask(len(listing.sizes), exclude))
+    share = deal.share(grid.rank)
+    return share[worker_parts(share, listing.sizes, grid.num_workers, balance) == grid.worker].tolist()
+
+
+class Epoch:
+    """The two orders of all items that every deal of one epoch follows, computed once, as arrays.
+
+    A deal over part of the items (the rest of a resumed run) keeps them in
+    these orders: filtering them costs a pass, sorting again a sort.
+    """
+
+    def __init__(self, sizes: Sequence[int], *, epoch: int, seed: int, shuffle: bool) -> None:
+        self.sizes = np.asarray(sizes, dtype=np.int64)
+        self._shuffle = epoch, seed, shuffle
+
+    @cached_property
+    def order(self) -> np.ndarray:
+        """The items in the epoch's read order."""
+        return _epoch_order(len(self.sizes), *self._shuffle)
+
+    @cached_property
+    def by_size(self) -> np.ndarray:
+        """The items largest first, ties by item: the order of the bytes deal."""
+        return _stable_argsort(self.sizes.max(initial=0) - self.sizes)
+
+
+class Deal:
+    """One epoch's items dealt over `world_size` ranks, as arrays: what `rank_shares` returns as lists.
+
+    `excluded` is a boolean mask over the items (None: nothing excluded). Each
+    rank's share is one pass over the order and every position's rank.
+    """
+
+    def __init__(
+        self, epoch: Epoch, world_size: int, *, balance: Balance, equalize: Equalize, excluded: np.ndarray | None,
+    ) -> None:
+        if balance not in BALANCES:
+            raise OptionError(f"balance={balance!r}: choose one of {BALANCES}")
+        if equalize not in EQUALIZES:
+            raise OptionError(f"equalize={equalize!r}: choose one of {EQUALIZES}")
+        self.order = _without(epoch.order, excluded)
+        if balance == "stride":
+            # The reference's global id is worker * world + rank, so rank r holds order[r::world].
+            self.rank_at = _cycle(np.arange(world_size, dtype=np.int32), len(self.order))
+        else:
+            by_size = _without(epoch.by_size, excluded)
+            rank_of = np.empty(len(epoch.sizes), np.int32)
+            rank_of[by_size] = _snake_lanes(world_size, len(by_size))
+            self.rank_at = rank_of[self.order]
+        self.world_size, self.equalize = world_size, equalize
+        self.counts = np.bincount(self.rank_at, minlength=world_size)
+        # A resume's remainder may be smaller than the grid: then, like any remainder, it is dropped.
+        if equalize == "drop" and len(self.order) and excluded is None and not self.counts.min():
+            raise OptionError(
+                f"equalize='drop' with {len(self.order)} items over {world_size} ranks leaves every rank "
+                "empty: use equalize='pad', or fewer ranks"
+            )
+
+    def share(self, rank: int) -> np.ndarray:
+        """One rank's items, in the order it reads them."""
+        return self._equalized(self.order[self.rank_at == rank])
+
+    def shares(self) -> list[np.ndarray]:
+        """Every rank's items, in the order each reads them."""
+        return [self._equalized(s) for s in _grouped(self.order, self.rank_at, self.world_size)]
+
+    def _equalized(self, share: np.ndarray) -> np.ndarray:
+        low, high = int(self.counts.min()), int(self.counts.max())
+        if self.equalize == "none" or low == high:
+            return share
+        if self.equalize == "drop":
+            return share[:low]
+        source = share if len(share) else self.order  # a rank with nothing repeats items from the whole order
+        return np.concatenate([share, _cycle(source, high - len(share))])
+
+
+def worker_parts(share: np.ndarray, sizes: np.ndarray, num_workers: int, balance: Balance) -> np.ndarray:
+    """The worker each position of a rank's share goes to.
+
+    Positions, not items: a padded share may hold an item twice.
+    """
+    if balance == "stride":
+        return _cycle(np.arange(num_workers, dtype=np.int32), len(share))
+    return _snake(sizes[share], num_workers)
+
+
+def _snake(weights: np.ndarray, parts: int) -> np.ndarray:
+    """The part each position goes to, dealt largest first in snake order, ties by position."""
+    if parts == 1:  # one rank, or one worker: the sort would deal everything to it
+        return np.zeros(len(weights), np.int32)
+    part = np.empty(len(weights), np.int32)
+    part[_stable_argsort(weights.max(initial=0) - weights)] = _snake_lanes(parts, len(weights))
+    return part
+
+
+def _snake_lanes(parts: int, n: int) -> np.ndarray:
+    """The part of the 1st, 2nd, ... largest item: 0..parts-1, parts-1..0, ..."""
+    lanes = np.arange(parts, dtype=np.int32)
+    return _cycle(np.concatenate([lanes, lanes[::-1]]), n)
+
+
+def _cycle(pattern: np.ndarray, n: int) -> np.ndarray:
+    """`pattern` repeated to length n (`np.resize`, which is slow for a short pattern and a long n)."""
+    return np.tile(pattern, -(-n // len(pattern)) if n else 0)[:n]
+
+
+def _stable_argsort(keys: np.ndarray) -> np.ndarray:
+    """`np.argsort(keys, kind="stable")` for non-negative int64 keys, which it may overwrite."""
+    n = len(keys)
+    bits = (n - 1).bit_length()
+    if not n or int(keys.max()) >= 1 << (63 - bits):
+        return np.argsort(keys, kind="stable")
+    # (key, position) packed in one int64: a plain sort of values, several times faster than a stable argsort.
+    # In place: at 10**7 items every copy is 80 MB in each of a node's 48 planning processes.
+    keys <<= bits
+    keys |= np.arange(n)
+    keys.sort()
+    keys &= (1 << bits) - 1
+    return keys
+
+
+def _grouped(values: np.ndarray, group: np.ndarray, groups: int) -> list[np.ndarray]:
+    """values split by group number (0..groups-1), each group in input order."""
+    ends = np.cumsum(np.bincount(group, minlength=groups))
+    # In 8 or 16 bits, numpy's stable sort is a radix sort: one pass over the items.
+    return np.split(values[np.argsort(group.astype(np.min_scalar_type(groups)), kind="stable")], ends[:-1])
+
+
+def _epoch_order(n: int, epoch: int, seed: int, shuffle: bool) -> np.ndarray:
+    """range(n) in the epoch's read order.
+
+    The shuffle sorts the items by the raw output of a PCG64 seeded by (seed,
+    epoch), whose stream NumPy keeps stable across versions
+    (`Generator.permutation`'s may change): a resumed run plans the order it
+    saved, whatever NumPy it runs on. The item sits in a key's low bits, so
+    the keys are distinct, and one plain sort of them yields the items.
+    """
+    if not shuffle:
+        return np.arange(n)
+    digest = hashlib.sha256(f"air:{seed}:{epoch}".encode()).digest()
+    keys = np.random.PCG64(int.from_bytes(digest, "little")).random_raw(n)
+    bits = (n - 1).bit_length()
+    keys >>= bits
+    keys <<= bits
+    keys |= np.arange(n, dtype=np.uint64)
+    keys.sort()
+    keys &= np.uint64((1 << bits) - 1)
+    return keys.view(np.int64)
+
+
+def _without(items: np.ndarray, excluded: np.ndarray | None) -> np.ndarray:
+    """`items` but the excluded ones, in their order."""
+    return items if excluded is None else items[~excluded[items]]
+
+
+def _mask(n: int, items: Collection[int]) -> np.ndarray | None:
+    """A boolean mask of the `items` among range(n); None when there are none."""
+    if len(items) == 0:
+        return None
+    items = np.fromiter(items, np.int64, len(items)) if not isinstance(items, np.ndarray) else items
+    mask = np.zeros(n, bool)
+    mask[items[(items >= 0) & (items < n)]] = True
+    return mask

@@ -2,7 +2,7 @@
 
 A run's state is
 
-    {"version": 2, "epoch": e, "fingerprint": ..., "plan": {...}, "resumed_from": <run state> or None,
+    {"version": 3, "epoch": e, "fingerprint": ..., "plan": {...}, "resumed_from": <run state> or None,
      "streams": [{"grid": [rank, world_size, worker, num_workers], "consumed": n}, ...]}
 
 Each stream delivered the first `consumed` items of its plan, and the plans of
@@ -19,33 +19,42 @@ dealt again over the new grid.
 
 from __future__ import annotations
 
-from collections import Counter
 from typing import Sequence
+
+import numpy as np
 
 from .errors import StateError
 from .grid import Grid
-from .plan import Balance, Equalize, rank_shares, worker_share
+from .plan import Balance, Deal, Epoch, Equalize, worker_parts
 
 # 2: a resume on as many ranks keeps each rank on its own share; version 1 dealt
 # the rest again, so its chained resumes would be read as other plans than ran.
-VERSION = 2
+# 3: shuffled epochs take another order (one numpy can compute at scale), so a
+# shuffled state saved mid-epoch by an earlier version names other items.
+VERSION = 3
 
 
 def check_version(state: dict) -> None:
     """Refuse a stream or run state whose resumes this version would plan otherwise.
 
     A state without a version is from version 1 (unless it gathers stream
-    states of this version by hand): its plans match this version's unless it
-    resumes a resume.
+    states of this version by hand). Earlier versions planned as this one does
+    except for the shuffled order, and version 1 also for resumed resumes: a
+    state is refused when it depends on what differs.
     """
     streams = state.get("streams", ())
     version = state.get("version", VERSION if streams and all(s.get("version") == VERSION for s in streams) else 1)
     if version == VERSION:
         return
-    if version != 1:
+    if version not in (1, 2):
         raise StateError(f"state version {version!r} is not supported; this version reads {VERSION}")
-    chained = state.get("resumed_from") or any(s.get("resumed_from") for s in streams)
-    if chained:
+    levels = [state, *streams]
+    if state.get("plan", {}).get("shuffle", True) and any(s.get("consumed") or s.get("resumed_from") for s in levels):
+        raise StateError(
+            f"this state was saved mid-epoch by an earlier version (state version {version}), which shuffled "
+            "the epoch in another order: finish the epoch with that version, or start the epoch again"
+        )
+    if version == 1 and any(s.get("resumed_from") for s in levels):
         raise StateError(
             "this state was saved by an earlier version, which planned resumed epochs differently, and it "
             "resumes a resume: resume from the state it resumed (its 'resumed_from'), or start the epoch again"
@@ -79,7 +88,7 @@ def run_state(states: Sequence[dict]) -> dict:
 def plan(
     sizes: Sequence[int],
     grid: Grid,
-    run: dict | None,
+    state: dict | None,
     *,
     epoch: int = 0,
     seed: int = 0,
@@ -87,91 +96,107 @@ def plan(
     balance: Balance = "bytes",
     equalize: Equalize = "none",
 ) -> list[int]:
-    """The items one stream reads in `epoch` after resuming `run` (None: from the epoch's start), in order."""
-    planner = _Planner(sizes, epoch, dict(seed=seed, shuffle=shuffle, balance=balance, equalize=equalize))
-    return planner.stream(run, grid)
+    """The items one stream reads in `epoch` after resuming the run `state` (None: from the epoch's start), in order."""
+    planner = _Planner(Epoch(sizes, epoch=epoch, seed=seed, shuffle=shuffle), balance, equalize)
+    return planner.stream(state, grid).tolist()
 
 
 def delivered(
     sizes: Sequence[int],
-    run: dict,
+    state: dict,
     *,
     seed: int = 0,
     shuffle: bool = False,
     balance: Balance = "bytes",
     equalize: Equalize = "none",
 ) -> set[int]:
-    """The items a run had delivered, from its streams' saved positions."""
-    return _Planner(sizes, run["epoch"], dict(seed=seed, shuffle=shuffle, balance=balance,
-                                              equalize=equalize)).delivered(run)
+    """The items the run `state` had delivered, from its streams' saved positions."""
+    planner = _Planner(Epoch(sizes, epoch=state["epoch"], seed=seed, shuffle=shuffle), balance, equalize)
+    return set(np.flatnonzero(planner.delivered(state)).tolist())
 
 
 class _Planner:
-    """Shares and deliveries of one epoch's chain of resumes, each level computed once.
+    """Shares and deliveries of one epoch's chain of resumes, as arrays, each level computed once.
+
+    Every level deals in the orders of one `Epoch`, computed once.
 
     Levels are keyed by object identity: streams that share one `resumed_from`
     object cost one computation, so chained resumes cost linear, not
     exponential, time in their depth.
     """
 
-    def __init__(self, sizes: Sequence[int], epoch: int, opts: dict) -> None:
-        self.sizes, self.epoch, self.opts = sizes, epoch, opts
-        self._shares: dict[tuple[int, int], list[list[int]]] = {}
-        self._streams: dict[tuple[int, Grid], list[int]] = {}
-        self._delivered: dict[int, set[int]] = {}
+    def __init__(self, epoch: Epoch, balance: Balance, equalize: Equalize) -> None:
+        self.epoch, self.sizes, self.balance, self.equalize = epoch, epoch.sizes, balance, equalize
+        self._shares: dict[tuple[int, int], list[np.ndarray]] = {}
+        self._parts: dict[tuple[int, int, int, int], np.ndarray] = {}
+        self._delivered: dict[int, np.ndarray] = {}
 
-    def stream(self, run: dict | None, grid: Grid) -> list[int]:
-        key = (id(run), grid)
-        if key not in self._streams:  # asked twice per stream: for its rank's remainder and for the delivered set
-            share = self.shares(run, grid.world_size)[grid.rank]
-            self._streams[key] = worker_share(share, self.sizes, worker=grid.worker, num_workers=grid.num_workers,
-                                              balance=self.opts["balance"])
-        return self._streams[key]
+    def stream(self, state: dict | None, grid: Grid, consumed: int | None = None) -> np.ndarray:
+        """The items of one stream's plan after resuming `state` (the first `consumed` of them)."""
+        share = self.shares(state, grid.world_size)[grid.rank]
+        return share[self.positions(state, grid)[:consumed]]
 
-    def shares(self, run: dict | None, world_size: int) -> list[list[int]]:
-        """Every rank's items after resuming `run` on `world_size` ranks."""
-        key = (id(run), world_size)
+    def positions(self, state: dict | None, grid: Grid) -> np.ndarray:
+        """Where one stream's items sit in its rank's share after resuming `state`."""
+        key = (id(state), grid.world_size, grid.rank, grid.num_workers)
+        if key not in self._parts:  # the rank's deal over its workers, computed once for all of them
+            share = self.shares(state, grid.world_size)[grid.rank]
+            self._parts[key] = worker_parts(share, self.sizes, grid.num_workers, self.balance)
+        return np.flatnonzero(self._parts[key] == grid.worker)
+
+    def shares(self, state: dict | None, world_size: int) -> list[np.ndarray]:
+        """Every rank's items after resuming `state` on `world_size` ranks."""
+        key = (id(state), world_size)
         if key not in self._shares:
-            if run is None:
-                out = rank_shares(self.sizes, world_size=world_size, epoch=self.epoch, **self.opts)
-            else:
-                out = self._kept(run, world_size) or rank_shares(
-                    self.sizes, world_size=world_size, epoch=self.epoch, exclude=self.delivered(run), **self.opts)
+            out = None if state is None else self._kept(state, world_size)
+            if out is None:
+                gone = None if state is None else self.delivered(state)
+                if gone is not None and not gone.any():
+                    gone = None  # nothing delivered: planned as at the epoch's start
+                out = Deal(self.epoch, world_size, balance=self.balance, equalize=self.equalize, excluded=gone).shares()
             self._shares[key] = out
         return self._shares[key]
 
-    def _kept(self, run: dict, world_size: int) -> list[list[int]] | None:
+    def _kept(self, state: dict, world_size: int) -> list[np.ndarray] | None:
         """What is left of each rank's own share, if the run had `world_size` ranks and that stays as even."""
-        streams = run["streams"]
+        streams = state["streams"]
         if not streams or any(Grid(*s["grid"]).world_size != world_size for s in streams):
             return None
         first = streams[0]
-        prior = first["resumed_from"] if "resumed_from" in first else run.get("resumed_from")
+        prior = first["resumed_from"] if "resumed_from" in first else state.get("resumed_from")
         own = self.shares(prior, world_size)
-        taken = [Counter() for _ in own]  # a count per item: a padded share holds an item twice
+        taken = [np.zeros(len(share), bool) for share in own]
         for s in streams:
             g = Grid(*s["grid"])
-            taken[g.rank].update(self.stream(prior, g)[: s["consumed"]])
-        kept = [[i for i in share if not _take(gone, i)] for share, gone in zip(own, taken)]
+            taken[g.rank][self.positions(prior, g)[: s["consumed"]]] = True
+        repeated = np.bincount(np.concatenate(own), minlength=len(self.sizes)) > 1  # padding repeats an item or two
+        kept = [share[~_first_of_each(share, used, repeated)] for share, used in zip(own, taken)]
         spread = max(map(len, own)) - min(map(len, own))
         return kept if max(map(len, kept)) - min(map(len, kept)) <= spread else None
 
-    def delivered(self, run: dict) -> set[int]:
-        if id(run) not in self._delivered:
-            shared = run.get("resumed_from")
-            out = set(self.delivered(shared)) if shared else set()
-            for s in run["streams"]:
+    def delivered(self, state: dict) -> np.ndarray:
+        """A mask of the items the run `state` had delivered."""
+        if id(state) not in self._delivered:
+            shared = state.get("resumed_from")
+            out = self.delivered(shared).copy() if shared else np.zeros(len(self.sizes), bool)
+            for s in state["streams"]:
                 prior = s["resumed_from"] if "resumed_from" in s else shared
                 if prior and prior is not shared:  # a stream that carries its own
                     out |= self.delivered(prior)
-                out.update(self.stream(prior, Grid(*s["grid"]))[: s["consumed"]])
-            self._delivered[id(run)] = out
-        return self._delivered[id(run)]
+                out[self.stream(prior, Grid(*s["grid"]), s["consumed"])] = True
+            self._delivered[id(state)] = out
+        return self._delivered[id(state)]
 
 
-def _take(counts: Counter, item: int) -> bool:
-    """Count one occurrence of `item` off; whether there was one."""
-    if counts[item]:
-        counts[item] -= 1
-        return True
-    return False
+def _first_of_each(share: np.ndarray, used: np.ndarray, repeated: np.ndarray) -> np.ndarray:
+    """The positions to take off `share` for the items read at `used`: of an item held twice, its first.
+
+    Streams read a padded share's repeat wherever their deal put it; the rest
+    keeps the order of the share without one occurrence per item read.
+    `repeated` marks the items that may be held twice.
+    """
+    gone = used.copy()
+    for item in np.unique(share[repeated[share]]):
+        at = np.flatnonzero(share == item)
+        gone[at] = np.arange(len(at)) < used[at].sum()
+    return gone

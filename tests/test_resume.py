@@ -1,13 +1,16 @@
-"""Resume planning (air_core.resume): exactly once across chained resumes, and each rank keeps its own files."""
+"""Resume planning (air_core.resume): exactly once across chained resumes, and each rank keeps its own files;
+and the same resumes as the pure-Python planner it replaced, item for item."""
 
 import random
 from collections import Counter
 
 import pytest
+from hypothesis import given, settings, strategies as st
+from test_plan import OPTS, old_rank_shares, old_worker_share, outcome
 
-from air_core import Grid
+from air_core import Grid, OptionError, StateError
 from air_core.plan import plan, rank_shares
-from air_core.resume import delivered, plan as resume_plan
+from air_core.resume import VERSION, check_version, delivered, plan as resume_plan
 
 
 def stop(sizes, run, world_size, num_workers, consumed, opts):
@@ -95,3 +98,126 @@ def test_chained_resumes_on_changing_grids_deliver_every_item_once(seed):
         assert max(Counter(got + left).values()) == 1  # leaves items out, never repeats one
     else:
         assert set(got + left) == set(range(len(sizes)))  # repeats items, never leaves one out
+
+
+def test_earlier_states_are_refused_where_the_new_shuffle_would_misread_them():
+    shuffled = {"seed": 0, "shuffle": True, "balance": "bytes", "equalize": "none"}
+    stream = {"epoch": 0, "fingerprint": "fp", "plan": shuffled, "grid": [0, 2, 0, 1], "consumed": 5,
+              "resumed_from": None}
+    for version in (2, None):  # None: version 1, which saved none
+        saved = {**stream, "version": version} if version else stream
+        with pytest.raises(StateError, match="shuffled the epoch in another order"):
+            check_version(saved)
+        check_version({**saved, "consumed": 0})  # at the epoch's start: nothing was read in the old order
+        check_version({**saved, "plan": {**shuffled, "shuffle": False}})  # unshuffled plans are unchanged
+    run = {"version": 2, "epoch": 0, "fingerprint": "fp", "plan": shuffled, "resumed_from": None,
+           "streams": [{"grid": [0, 2, 0, 1], "consumed": 0}, {"grid": [1, 2, 0, 1], "consumed": 3}]}
+    with pytest.raises(StateError, match="another order"):
+        check_version(run)
+    check_version({**run, "version": VERSION})
+    unshuffled = {**run, "plan": {**shuffled, "shuffle": False}}
+    check_version({**unshuffled, "resumed_from": dict(unshuffled)})  # version 2 resumed resumes as this one
+    with pytest.raises(StateError, match="resumes a resume"):
+        check_version({k: v for k, v in unshuffled.items() if k != "version"} | {"resumed_from": unshuffled})
+
+
+class OldPlanner:
+    """The resume planner before numpy, verbatim but for its plan functions: the reference in test_plan."""
+
+    def __init__(self, sizes, epoch, opts):
+        self.sizes, self.epoch, self.opts = sizes, epoch, opts
+        self._shares, self._streams, self._delivered = {}, {}, {}
+
+    def stream(self, run, grid):
+        key = (id(run), grid)
+        if key not in self._streams:
+            share = self.shares(run, grid.world_size)[grid.rank]
+            self._streams[key] = old_worker_share(share, self.sizes, worker=grid.worker,
+                                                  num_workers=grid.num_workers, balance=self.opts["balance"])
+        return self._streams[key]
+
+    def shares(self, run, world_size):
+        key = (id(run), world_size)
+        if key not in self._shares:
+            if run is None:
+                out = old_rank_shares(self.sizes, world_size=world_size, epoch=self.epoch, **self.opts)
+            else:
+                out = self._kept(run, world_size) or old_rank_shares(
+                    self.sizes, world_size=world_size, epoch=self.epoch, exclude=self.delivered(run), **self.opts)
+            self._shares[key] = out
+        return self._shares[key]
+
+    def _kept(self, run, world_size):
+        streams = run["streams"]
+        if not streams or any(Grid(*s["grid"]).world_size != world_size for s in streams):
+            return None
+        first = streams[0]
+        prior = first["resumed_from"] if "resumed_from" in first else run.get("resumed_from")
+        own = self.shares(prior, world_size)
+        taken = [Counter() for _ in own]
+        for s in streams:
+            g = Grid(*s["grid"])
+            taken[g.rank].update(self.stream(prior, g)[: s["consumed"]])
+
+        def take(counts, item):
+            if counts[item]:
+                counts[item] -= 1
+                return True
+            return False
+
+        kept = [[i for i in share if not take(gone, i)] for share, gone in zip(own, taken)]
+        spread = max(map(len, own)) - min(map(len, own))
+        return kept if max(map(len, kept)) - min(map(len, kept)) <= spread else None
+
+    def delivered(self, run):
+        if id(run) not in self._delivered:
+            shared = run.get("resumed_from")
+            out = set(self.delivered(shared)) if shared else set()
+            for s in run["streams"]:
+                prior = s["resumed_from"] if "resumed_from" in s else shared
+                if prior and prior is not shared:
+                    out |= self.delivered(prior)
+                out.update(self.stream(prior, Grid(*s["grid"]))[: s["consumed"]])
+            self._delivered[id(run)] = out
+        return self._delivered[id(run)]
+
+
+LEVELS = st.lists(st.tuples(st.integers(1, 4), st.integers(1, 3), st.booleans(), st.integers(0, 9)),
+                  min_size=1, max_size=4)  # (world_size, num_workers, step-locked ranks, items each stream reads)
+
+
+@settings(max_examples=200, deadline=None)
+@given(sizes=st.lists(st.sampled_from([0, 1, 7, 5000]) | st.integers(0, 10**6), max_size=60), opts=OPTS,
+       levels=LEVELS, carried=st.booleans(), data=st.data())
+def test_same_resumes_as_the_pure_python_planner(sizes, opts, levels, carried, data):
+    opts = dict(opts)
+    epoch = opts.pop("epoch")
+    run = None
+    for world, workers, equal, take in levels:
+        streams = []
+        for r in range(world):
+            for w in range(workers):
+                grid = Grid(r, world, w, workers)
+                want = outcome(OldPlanner(sizes, epoch, opts).stream, run, grid)
+                assert outcome(resume_plan, sizes, grid, run, epoch=epoch, **opts) == want
+                if want is OptionError:
+                    return
+                n = min(len(want), take if equal else data.draw(st.integers(0, take)))
+                streams.append({"grid": [r, world, w, workers], "consumed": n})
+        if carried:  # stream states gathered as they are: each carries its resumed_from
+            run = {"epoch": epoch, "streams": [{**s, "resumed_from": run} for s in streams]}
+        else:
+            run = {"epoch": epoch, "resumed_from": run, "streams": streams}
+        assert delivered(sizes, run, **opts) == OldPlanner(sizes, epoch, opts).delivered(run)
+
+
+def test_a_padded_repeat_read_before_its_first_occurrence_takes_the_first_off_the_rest():
+    sizes = [1, 5000, 5000, 7, 7, 7, 1]
+    opts = dict(seed=0, shuffle=False, balance="bytes", equalize="pad")
+    assert rank_shares(sizes, world_size=2, **opts)[0] == [1, 4, 5, 1]  # item 1 repeated to pad rank 0
+    assert [plan(sizes, Grid(0, 2, w, 3), **opts) for w in range(3)] == [[1], [1], [4, 5]]
+    consumed = {(0, 1): 1, (0, 2): 1, (1, 2): 2}  # worker 1 read the repeat, worker 0 not the first
+    run = {"epoch": 0, "resumed_from": None,
+           "streams": [{"grid": [r, 2, w, 3], "consumed": consumed.get((r, w), 0)} for r in range(2) for w in range(3)]}
+    assert rest(sizes, run, 2, opts) == [[5, 1], [2, 3]] == [OldPlanner(sizes, 0, opts).stream(run, Grid(r, 2))
+                                                             for r in range(2)]
