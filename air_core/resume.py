@@ -2,7 +2,7 @@
 
 A run's state is
 
-    {"version": 3, "epoch": e, "fingerprint": ..., "plan": {...}, "resumed_from": <run state> or None,
+    {"version": 3, "epoch": e, "fingerprint": ..., "options": {...}, "resumed_from": <run state> or None,
      "streams": [{"grid": [rank, world_size, worker, num_workers], "consumed": n}, ...]}
 
 Each stream delivered the first `consumed` items of its plan, and the plans of
@@ -15,6 +15,9 @@ left of its own share, so every node's cache still holds the files it reads.
 On another number of ranks, or when keeping would leave the shares less even
 than the plan made them (ranks that consumed unequal amounts), the rest is
 dealt again over the new grid.
+
+`options` are the plan's options (seed, shuffle, balance, equalize); states of
+versions 1 and 2 called them `plan`, and `upgrade` renames them.
 """
 
 from __future__ import annotations
@@ -61,6 +64,23 @@ def check_version(state: dict) -> None:
         )
 
 
+def upgrade(state: dict) -> dict:
+    """`state` in this version's form, once `check_version` accepts it (older names renamed)."""
+    check_version(state)
+    return _renamed(state)
+
+
+def _renamed(state: dict) -> dict:
+    out = {("options" if k == "plan" else k): v for k, v in state.items()}
+    if "epoch" in out:  # a state, not a stream's position in one
+        out["version"] = VERSION
+    if out.get("resumed_from"):
+        out["resumed_from"] = _renamed(out["resumed_from"])
+    if "streams" in out:
+        out["streams"] = [_renamed(s) for s in out["streams"]]
+    return out
+
+
 def run_state(states: Sequence[dict]) -> dict:
     """A whole run's state from every stream's `state_dict()`, for resuming on any grid.
 
@@ -71,17 +91,16 @@ def run_state(states: Sequence[dict]) -> dict:
     """
     if not states:
         raise StateError("no stream states to gather: pass the state_dict() of every stream of the run")
+    states = [upgrade(s) for s in states]
     first = states[0]
-    for s in states:
-        check_version(s)
-    for key in ("epoch", "fingerprint", "plan", "resumed_from"):
+    for key in ("epoch", "fingerprint", "options", "resumed_from"):
         if any(s[key] != first[key] for s in states):
             raise StateError(
                 f"the stream states differ in {key!r}: gather the state_dict() of every stream of one run, "
                 "at one point of one epoch"
             )
     return {"version": VERSION, "epoch": first["epoch"], "fingerprint": first["fingerprint"],
-            "plan": dict(first["plan"]), "resumed_from": first["resumed_from"],
+            "options": dict(first["options"]), "resumed_from": first["resumed_from"],
             "streams": [{"grid": list(s["grid"]), "consumed": s["consumed"]} for s in states]}
 
 

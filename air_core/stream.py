@@ -320,7 +320,7 @@ class FileStream:
             "version": resume.VERSION,
             "epoch": self._epoch,
             "fingerprint": self._fingerprint,
-            "plan": dict(self._plan_opts),
+            "options": dict(self._plan_opts),
             "grid": [g.rank, g.world_size, g.worker, g.num_workers],
             "consumed": consumed,
             "skipped": [] if pending is not None else list(self.skipped),
@@ -342,13 +342,13 @@ class FileStream:
                 f"{state['fingerprint']} vs {self._fingerprint}): the folder changed since; "
                 "resume needs the same files"
             )
-        if state.get("plan", self._plan_opts) != self._plan_opts:
+        state = resume.upgrade(state)
+        if state.get("options", self._plan_opts) != self._plan_opts:
             raise StateError(
-                f"the state was saved with plan options {state['plan']}, this stream has {self._plan_opts}"
+                f"the state was saved with plan options {state['options']}, this stream has {self._plan_opts}"
             )
         if "streams" in state and any(s.get("epoch", state["epoch"]) != state["epoch"] for s in state["streams"]):
             raise StateError("a run state's streams must all be from its epoch")
-        resume.check_version(state)
         self._pending = state
         self._epoch = state["epoch"]
 

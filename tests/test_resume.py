@@ -10,7 +10,7 @@ from test_plan import OPTS, old_rank_shares, old_worker_share, outcome
 
 from air_core import Grid, OptionError, StateError
 from air_core.plan import plan, rank_shares
-from air_core.resume import VERSION, check_version, delivered, plan as resume_plan
+from air_core.resume import VERSION, check_version, delivered, plan as resume_plan, upgrade
 
 
 def stop(sizes, run, world_size, num_workers, consumed, opts):
@@ -221,3 +221,15 @@ def test_a_padded_repeat_read_before_its_first_occurrence_takes_the_first_off_th
            "streams": [{"grid": [r, 2, w, 3], "consumed": consumed.get((r, w), 0)} for r in range(2) for w in range(3)]}
     assert rest(sizes, run, 2, opts) == [[5, 1], [2, 3]] == [OldPlanner(sizes, 0, opts).stream(run, Grid(r, 2))
                                                              for r in range(2)]
+
+
+def test_upgrade_renames_the_plan_options_of_earlier_states_at_every_level():
+    options = {"seed": 0, "shuffle": False, "balance": "bytes", "equalize": "none"}
+    inner = {"version": 2, "epoch": 0, "fingerprint": "fp", "plan": options, "resumed_from": None,
+             "streams": [{"grid": [0, 1, 0, 1], "consumed": 3}]}
+    outer = {**inner, "resumed_from": inner, "streams": [{"grid": [0, 2, 0, 1], "consumed": 1}]}
+    got = upgrade(outer)
+    assert got["options"] == got["resumed_from"]["options"] == options
+    assert "plan" not in got and "plan" not in got["resumed_from"]
+    assert got["version"] == got["resumed_from"]["version"] == VERSION
+    assert upgrade(got) == got  # this version's states pass as they are

@@ -154,7 +154,7 @@ def test_states_from_different_runs_are_not_gathered(volume):
     volume.files("d", 10)
     a = FileStream(volume.path("d"), rank=0, world_size=2)
     b = FileStream(volume.path("d"), rank=1, world_size=2, shuffle=True)
-    with pytest.raises(StateError, match="differ in 'plan'"):
+    with pytest.raises(StateError, match="differ in 'options'"):
         run_state([a.state_dict(), b.state_dict()])
     with pytest.raises(StateError, match="no stream states"):
         run_state([])
@@ -230,17 +230,19 @@ def test_states_from_before_versions_resume_unless_they_resume_a_resume(volume):
     a = FileStream(volume.path("d"), rank=0, world_size=2)
     it = iter(a)
     first = [next(it).path for _ in range(4)]
-    old = {k: v for k, v in a.state_dict().items() if k != "version"}  # as the previous version saved it
+    # as version 1 saved it: no version, and the plan options under "plan"
+    old = {("plan" if k == "options" else k): v for k, v in a.state_dict().items() if k != "version"}
     b = FileStream(volume.path("d"), rank=0, world_size=2)
     b.load_state_dict(old)
     assert not set(first) & {f.path for f in b}
-    chained = {**old, "resumed_from": {k: v for k, v in run_state([a.state_dict()]).items() if k != "version"}}
+    chained = {**old, "resumed_from": {("plan" if k == "options" else k): v
+                                       for k, v in run_state([a.state_dict()]).items() if k != "version"}}
     with pytest.raises(StateError, match="resumes a resume"):
         FileStream(volume.path("d"), rank=0, world_size=2).load_state_dict(chained)
     c = FileStream(volume.path("d"), rank=0, world_size=2)
     c.load_state_dict(run_state([a.state_dict()]))
     next(iter(c))
-    by_hand = {"epoch": 0, "fingerprint": old["fingerprint"], "plan": old["plan"], "streams": [c.state_dict()]}
+    by_hand = {"epoch": 0, "fingerprint": old["fingerprint"], "options": old["plan"], "streams": [c.state_dict()]}
     FileStream(volume.path("d"), rank=0, world_size=2).load_state_dict(by_hand)  # streams of this version
     with pytest.raises(StateError, match="version 9 is not supported"):
         FileStream(volume.path("d"), rank=0, world_size=2).load_state_dict({**a.state_dict(), "version": 9})

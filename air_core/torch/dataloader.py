@@ -236,7 +236,7 @@ class DataLoader(torch.utils.data.DataLoader):
             local = state_mod.report(loaded["epoch"], False, loaded["resumed_from"], loaded["streams"])
         else:
             local = state_mod.report(source.next_epoch(), False, None, [])
-        return state_mod.encode(state_mod.merge(self._gather(local), head["fingerprint"], head["plan"]))
+        return state_mod.encode(state_mod.merge(self._gather(local), head["fingerprint"], head["options"]))
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Resume at the next pass from a `state_dict()`, on this or any other grid."""

@@ -2,7 +2,7 @@
 
 A run's progress is
 
-    {"version": 2, "epoch": e, "fingerprint": ..., "plan": {...},
+    {"version": 3, "epoch": e, "fingerprint": ..., "options": {...},
      "resumed_from": <an earlier progress of epoch e> or None,
      "streams": [{"grid": [rank, world_size, worker, num_workers], "consumed": n}, ...]}
 
@@ -11,7 +11,7 @@ Each stream delivered the first `consumed` items of its plan, planned over what
 held once per level: this is the run state `air_core.run_state` makes, which
 `FileStream.load_state_dict` resumes on any grid (see `air_core.resume`).
 
-`DataLoader.state_dict()` returns `encode(progress)`: `{"version": 2, "run":
+`DataLoader.state_dict()` returns `encode(progress)`: `{"version": 3, "run":
 <progress as JSON text>}`. Two leaves whatever the grid, so a fresh loader's
 `state_dict()` is a template that `torch.distributed.checkpoint.load` fills in
 (it loads only the keys of its template, and a nested state's keys vary with
@@ -24,14 +24,14 @@ import json
 from typing import Any
 
 from ..errors import StateError
-from ..resume import VERSION
+from ..resume import VERSION, upgrade
 
-_KEYS = ("version", "epoch", "fingerprint", "plan", "resumed_from", "streams")
+_KEYS = ("version", "epoch", "fingerprint", "options", "resumed_from", "streams")
 
 
-def fresh(epoch: int, fingerprint: str, plan: dict) -> dict[str, Any]:
+def fresh(epoch: int, fingerprint: str, options: dict) -> dict[str, Any]:
     """The progress of a run about to start `epoch` with nothing delivered."""
-    return {"version": VERSION, "epoch": epoch, "fingerprint": fingerprint, "plan": dict(plan),
+    return {"version": VERSION, "epoch": epoch, "fingerprint": fingerprint, "options": dict(options),
             "resumed_from": None, "streams": []}
 
 
@@ -41,7 +41,7 @@ def report(epoch: int, finished: bool, resumed_from: dict | None, streams: list[
             "streams": sorted(streams, key=lambda s: s["grid"])}
 
 
-def merge(reports: list[dict], fingerprint: str, plan: dict) -> dict[str, Any]:
+def merge(reports: list[dict], fingerprint: str, options: dict) -> dict[str, Any]:
     """Every rank's report -> the run's saved state (the next epoch once every rank finished this one)."""
     epochs = {r["epoch"] for r in reports}
     if len(epochs) > 1:
@@ -56,12 +56,12 @@ def merge(reports: list[dict], fingerprint: str, plan: dict) -> dict[str, Any]:
         )
     epoch = epochs.pop()
     if all(r["finished"] for r in reports):
-        return fresh(epoch + 1, fingerprint, plan)
+        return fresh(epoch + 1, fingerprint, options)
     streams = [s for r in reports for s in r["streams"]]
     before = reports[0]["resumed_from"]
     if not streams and before is not None:
         return before  # nothing delivered since the resume: the run stands where it was
-    state = fresh(epoch, fingerprint, plan)
+    state = fresh(epoch, fingerprint, options)
     state["resumed_from"], state["streams"] = before, streams
     return state
 
@@ -80,14 +80,14 @@ def decode(saved: Any) -> dict[str, Any]:
         )
     if not isinstance(saved, dict) or set(saved) != {"version", "run"}:
         raise StateError(f"not a saved DataLoader state (expected the keys 'version' and 'run'): {saved!r:.200}")
-    if saved["version"] != VERSION:
+    if saved["version"] not in range(2, VERSION + 1):
         raise StateError(f"DataLoader state version {saved['version']!r} is not supported; this version "
-                         f"reads version {VERSION}")
+                         f"reads versions 2 to {VERSION}")
     try:
         progress = json.loads(saved["run"])
     except (TypeError, ValueError) as e:
         raise StateError(f"the saved DataLoader state is damaged: {e}") from None
-    return _check(progress)
+    return _check(upgrade(progress))  # an earlier version's progress is read unless its plans differ
 
 
 def _check(progress: Any) -> dict[str, Any]:
