@@ -87,7 +87,8 @@ def test_binary_blocks_close_before_2_gib():
     assert read_tasks.binary_block_bytes(128 << 20, 5 << 20) == 128 << 20
     # A block closes once it holds the limit; with its last file it still fits 32-bit offsets.
     limit = read_tasks.binary_block_bytes(4 << 30, 1 << 30)
-    assert limit + (1 << 30) - 1 <= read_tasks.BINARY_BYTES
+    assert limit == 1 << 30 and limit + (1 << 30) - 1 <= 2**31 - 1
+    assert read_tasks.binary_block_bytes(4 << 30, 5 << 20) == (2 << 30) - (5 << 20)
 
 
 def test_read_tasks_are_byte_balanced_deterministic_and_carry_only_their_rows(volume):

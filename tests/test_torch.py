@@ -156,8 +156,10 @@ def test_two_ranks_two_workers_read_every_file_once(two_ranks):
 
 
 def test_default_workers_per_rank_are_capped_by_the_cores(two_ranks):
-    cpus = len(os.sched_getaffinity(0))
-    assert per_rank(two_ranks.out, "dcp")[0]["default_workers"] == max(1, min(6, cpus // 2))
+    # torchrun's process group is seen: at most 6 workers a rank, and the node's two ranks
+    # together ask for no more workers than it has cores (yet at least one each).
+    workers = per_rank(two_ranks.out, "dcp")[0]["default_workers"]
+    assert 1 <= workers <= 6 and (workers == 1 or 2 * workers <= len(os.sched_getaffinity(0)))
 
 
 def test_dcp_round_trips_model_optimizer_and_loader_state_on_two_ranks(two_ranks):
@@ -204,16 +206,40 @@ def test_resume_on_another_grid_is_exactly_once(two_ranks, saved, context, seen)
 # -- one process ------------------------------------------------------------------------------------
 
 
-def test_defaults_follow_the_reference(volume):
+def test_defaults_follow_the_reference(volume, monkeypatch):
     named_files(volume.local("d"), 4)
     dataset = UCVolumeDataset(volume.path("d"))
-    loader = DataLoader(dataset)
-    assert loader.num_workers == max(1, min(48, len(os.sched_getaffinity(0))))
+    with monkeypatch.context() as mp:
+        mp.setattr(os, "sched_getaffinity", lambda pid: set(range(64)))
+        loader = DataLoader(dataset)
+    assert loader.num_workers == 48
     assert loader.prefetch_factor == 4 and loader.persistent_workers
     single = DataLoader(dataset, num_workers=0)  # the reference raises here (prefetch_factor without workers)
     assert single.prefetch_factor is None and not single.persistent_workers
     assert len([p for batch in single for p in batch]) == 4
     assert not DataLoader(dataset, num_workers=1, persistent_workers=False).persistent_workers
+
+
+@pytest.mark.parametrize("cpus, world_size, ranks_on_node, workers", [
+    (1, 1, None, 1), (8, 1, None, 8), (64, 1, None, 48),  # a lone process: a worker a core, at most 48
+    (64, 1, "1", 48),                                    # a process group of one is a lone process
+    (16, 2, "2", 6), (8, 2, "2", 4), (2, 2, "2", 1),     # ranks share the node's cores, at most 6 each
+    (1, 2, "2", 1), (3, 8, "8", 1),                      # never fewer than one
+    (4, 4, None, 4), (32, 4, None, 6),                   # one rank per node (LOCAL_WORLD_SIZE unset)
+    (96, 8, "8", 6), (16, 8, "8", 2),
+])
+def test_default_num_workers_share_the_cores_among_the_ranks_of_a_node(monkeypatch, cpus, world_size,
+                                                                        ranks_on_node, workers):
+    from air_core.torch import default_num_workers
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(cpus)))
+    monkeypatch.setattr(torch.distributed, "is_initialized", lambda: True)
+    monkeypatch.setattr(torch.distributed, "get_world_size", lambda group=None: world_size)
+    if ranks_on_node is None:
+        monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
+    else:
+        monkeypatch.setenv("LOCAL_WORLD_SIZE", ranks_on_node)
+    assert default_num_workers() == workers
 
 
 def test_dataset_is_small_when_pickled(volume):
