@@ -193,6 +193,7 @@ def test_layout_sizes_row_groups_by_bytes():
         layout(None, 10, 20)
 
 
+@pytest.mark.slow
 def test_kill_9_mid_export_leaves_the_previous_export_served(volume, slowvol_so):
     table_dir = volume.local("tables/k")
     append(table_dir, rows(range(100), lambda i: "a"))
@@ -229,6 +230,7 @@ def test_kill_9_mid_export_leaves_the_previous_export_served(volume, slowvol_so)
     assert exports_in(home) == {target.split("/")[1], new.path.rsplit("/", 1)[1]}  # leftovers removed
 
 
+@pytest.mark.slow
 def test_fresh_processes_exit_cleanly_and_take_turns(volume):
     """deltalake's reader can abort the interpreter at exit (exit 134); exports in fresh processes must not."""
     append(volume.local("tables/p"), rows(range(3000), lambda i: "abc"[i % 3]))
@@ -350,6 +352,7 @@ def spark_rows(spark, n: int):
                                      "CASE WHEN id % 3 = 0 THEN 'test' ELSE 'train' END as split")
 
 
+@pytest.mark.slow
 def test_spark_connect_export_streams_back_through_hf(volume, spark):
     import datasets
 
@@ -380,6 +383,7 @@ def test_spark_connect_export_streams_back_through_hf(volume, spark):
 
 # -- the notebook --------------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_notebook_runs(tmp_path):
     import nbclient
     import nbformat

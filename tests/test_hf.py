@@ -86,6 +86,7 @@ def test_registration_guard_names_the_moved_internals(monkeypatch):
         air_hf.register()
 
 
+@pytest.mark.slow
 def test_setup_of_2000_files_under_slowvol_is_fast(volume, slowvol_so, tmp_path):
     for k in range(10):
         folder = volume.local(f"many/class{k}")
@@ -157,6 +158,7 @@ def test_non_streaming_media_rows_outlive_the_node_cache(volume, hf_cache, tmp_p
     assert ds.cast_column("image", datasets.Image(decode=False))[0]["image"]["path"] == volume.path("shots/a.png")
 
 
+@pytest.mark.slow
 def test_streams_through_dataloader_workers_exactly_once(volume, hf_cache):
     expected = volume.files("many", 40)
     ds = load(volume, hf_cache, "many", num_workers=2)
@@ -224,6 +226,7 @@ def test_state_dict_resumes_exactly(volume, hf_cache):
     assert head + paths(resumed) == full
 
 
+@pytest.mark.slow
 def test_stateful_dataloader_resumes_exactly(volume, hf_cache):
     volume.files("many", 40)
 

@@ -5,7 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import nbformat
+import pytest
 from nbclient import NotebookClient
+
+pytestmark = pytest.mark.slow  # a Jupyter kernel, DataLoader workers
 
 NOTEBOOK = Path(__file__).resolve().parent.parent / "notebooks" / "hf_streaming.ipynb"
 

@@ -53,6 +53,7 @@ def ordered():
 # -- files mode --------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_file_rows_come_with_bytes_and_a_second_execution_needs_no_volume(volume, ray_cluster):
     paths = volume.files("d", 30)
     ds = read_uc_volume(volume.path("d"), include_bytes=True)
@@ -133,6 +134,7 @@ def test_parquet_pieces_carry_only_their_files():
     assert read_tasks.piece_bytes(local[0]) == 500 and read_tasks.piece_bytes(b) == 1000
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("equalize", ["none", "drop", "pad"])
 def test_ranks_read_disjoint_slices_that_cover_the_folder(volume, ray_cluster, equalize):
     paths = volume.files("d", 31)
@@ -148,6 +150,7 @@ def test_ranks_read_disjoint_slices_that_cover_the_folder(volume, ray_cluster, e
         assert sum(len(set(g)) for g in got) == 31  # a short rank repeats its own files
 
 
+@pytest.mark.slow
 def test_shuffle_follows_rays_file_shuffle_config(volume, ray_cluster, ordered):
     volume.files("d", 40)
     fresh = read_uc_volume(volume.path("d"), shuffle=FileShuffleConfig(seed=1))
@@ -159,6 +162,7 @@ def test_shuffle_follows_rays_file_shuffle_config(volume, ray_cluster, ordered):
     assert [r["path"] for r in plain.take_all()] == [r["path"] for r in plain.take_all()]
 
 
+@pytest.mark.slow
 def test_the_listing_travels_through_the_object_store(volume, ray_cluster):
     volume.files("d", 300)
     source = UCVolumeDatasource(volume.path("d"))
@@ -171,6 +175,7 @@ def test_the_listing_travels_through_the_object_store(volume, ray_cluster):
 # -- Parquet mode ------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_parquet_rows_keep_partition_columns_and_counts_are_exact(volume, ray_cluster):
     expected = write_table(volume, "t")
     ds = read_uc_volume(volume.path("t"))
@@ -186,6 +191,7 @@ def test_parquet_rows_keep_partition_columns_and_counts_are_exact(volume, ray_cl
     assert with_paths["path"].startswith(volume.path("t/split="))
 
 
+@pytest.mark.slow
 def test_parquet_ranks_get_exactly_equal_rows(volume, ray_cluster):
     expected = write_table(volume, "t", rows=53)  # 212 rows: 53 per rank of 4
     shares = [read_uc_volume(volume.path("t"), rank=r, world_size=4, equalize="drop") for r in range(4)]
@@ -247,6 +253,7 @@ def test_bad_input_fails_clearly_on_the_driver(volume, case, error, words):
 # -- engines: Ray Train, torchrun, slowvol, Delta --------------------------------------------------
 
 
+@pytest.mark.slow
 def test_ray_train_workers_get_disjoint_complete_shards(volume, ray_cluster, tmp_path):
     from ray.train import RunConfig, ScalingConfig
     from ray.train.torch import TorchTrainer
@@ -270,6 +277,7 @@ def test_ray_train_workers_get_disjoint_complete_shards(volume, ray_cluster, tmp
     assert len(a) == len(b) == 20 and not set(a) & set(b) and sorted(a + b) == paths
 
 
+@pytest.mark.slow
 def test_torchrun_ranks_detect_their_slice(volume, ray_cluster, tmp_path):
     paths = volume.files("d", 41)
     torchrun(SCRIPTS / "ray_torchrun.py", 2, volume.path("d"), str(tmp_path),
@@ -279,6 +287,7 @@ def test_torchrun_ranks_detect_their_slice(volume, ray_cluster, tmp_path):
     assert not set(a["paths"]) & set(b["paths"]) and set(a["paths"]) | set(b["paths"]) < set(paths)
 
 
+@pytest.mark.slow
 def test_slowvol_trace_first_execution_opens_each_file_once_second_none(volume, slowvol_so, tmp_path):
     paths = volume.files("d", 60)
     parquet = sorted(f"{volume.local_vol}/t/{p}" for p in ("split=train/part-0.parquet", "split=train/part-1.parquet",
@@ -303,6 +312,7 @@ def test_slowvol_trace_first_execution_opens_each_file_once_second_none(volume, 
     assert out["parquet_rows"] == [len(rows)] * 2
 
 
+@pytest.mark.slow
 def test_delta_table_is_exported_then_read_as_parquet(volume, ray_cluster):
     deltalake = pytest.importorskip("deltalake")
     pytest.importorskip("air_core.delta")
@@ -321,6 +331,7 @@ def test_delta_table_is_exported_then_read_as_parquet(volume, ray_cluster):
 # -- demo and notebook --------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_demo_section_reads_twice_and_shows_the_split(volume, ray_cluster, capsys):
     from air_ray.demo import run
 
@@ -330,6 +341,7 @@ def test_demo_section_reads_twice_and_shows_the_split(volume, ray_cluster, capsy
     assert "24 files" in out and "execution 2" in out and "rank 1" in out
 
 
+@pytest.mark.slow
 def test_notebook_runs(ray_cluster, tmp_path, monkeypatch):
     nbformat = pytest.importorskip("nbformat")
     from nbclient import NotebookClient
