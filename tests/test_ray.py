@@ -351,4 +351,6 @@ def test_notebook_runs(ray_cluster, tmp_path, monkeypatch):
     nb = nbformat.read(ROOT / "notebooks" / "ray_data.ipynb", as_version=4)
     NotebookClient(nb, timeout=180, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
     text = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []))
-    assert "execution 2" in text
+    assert "execution 2" in text and "files in the node cache: 120" in text
+    assert "files per rank: [40, 40, 40] overlap: 0" in text
+    assert any("image/png" in o.get("data", {}) for c in nb.cells if c.cell_type == "code" for o in c.outputs)
