@@ -1,4 +1,4 @@
-# `make demo` and `make test` install into .venv first (torch's CPU wheel before the rest).
+# `make demo`, `make test` and `make test-fast` install into .venv first (torch's CPU wheel before the rest).
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
@@ -9,7 +9,7 @@ $(VENV)/.installed: pyproject.toml
 	$(VENV)/bin/pip install -q -e ".[dev]"
 	touch $@
 
-.PHONY: install demo test bench
+.PHONY: install demo test test-fast bench
 install: $(VENV)/.installed
 
 demo: $(VENV)/.installed
@@ -17,6 +17,10 @@ demo: $(VENV)/.installed
 
 test: $(VENV)/.installed
 	$(PY) -m pytest
+
+# Pure and single-process tests only: no torchrun, Ray, Spark, Jupyter kernels, DataLoader workers or slowvol.
+test-fast: $(VENV)/.installed
+	$(PY) -m pytest -m "not slow"
 
 bench: $(VENV)/.installed
 	TMPDIR=/dev/shm $(PY) benchmarks/run_all.py

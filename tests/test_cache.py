@@ -31,6 +31,7 @@ def opens(trace: Path) -> Counter:
                    if line.startswith("open "))
 
 
+@pytest.mark.slow
 def test_four_processes_fetch_each_file_once(volume, slowvol_so, tmp_path):
     paths = volume.files("d", 120, size=lambda i: 2000 + i)
     trace = tmp_path / "trace"
@@ -46,6 +47,7 @@ def test_four_processes_fetch_each_file_once(volume, slowvol_so, tmp_path):
     assert len(paths) == 120
 
 
+@pytest.mark.slow
 def test_second_epoch_never_touches_the_volume(volume, slowvol_so, tmp_path):
     volume.files("d", 40)
     trace = tmp_path / "trace"
@@ -60,6 +62,7 @@ def test_second_epoch_never_touches_the_volume(volume, slowvol_so, tmp_path):
     assert sum(opens(trace).values()) == 40
 
 
+@pytest.mark.slow
 def test_kill_during_fetch_never_serves_a_partial_file(volume, slowvol_so, tmp_path):
     data = os.urandom(3 << 20)
     volume.write("big/blob.bin", data)
@@ -144,15 +147,16 @@ def test_cache_is_private(volume, tmp_path):
 
 
 def test_a_cache_folder_of_another_user_is_refused(tmp_path):
+    if os.getuid() != 0:
+        pytest.skip("needs root to give the folder away")
     other = tmp_path / "theirs"
     other.mkdir(mode=0o700)
     os.chown(other, 65534, 65534)
-    if os.getuid() != 0:
-        pytest.skip("needs root to give the folder away")
     with pytest.raises(OptionError, match="belongs to another user"):
         Cache(str(other))
 
 
+@pytest.mark.slow
 def test_a_large_file_arrives_whole_through_concurrent_ranges(volume, slowvol_so, tmp_path):
     # 70 MiB: five 16 MiB ranges, each through its own open of the volume file.
     data = os.urandom(1 << 20) * 70

@@ -6,12 +6,15 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from air_core.stage import stage
 from conftest import wait_for
 
 AIR_DATA = [sys.executable, "-m", "air_core.cli"]
 
 
+@pytest.mark.slow
 def test_demo_streams_caches_and_shows_the_split(tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in ("AIR_VOLUMES_ROOT", "AIR_CACHE_DIR")}
     out = subprocess.run([*AIR_DATA, "demo", "--workdir", str(tmp_path), "--world-size", "3"], env=env,
@@ -39,6 +42,7 @@ def test_stage_copies_once_and_skips_what_is_there(volume, tmp_path):
     assert not list(Path(dst).rglob("*.part"))
 
 
+@pytest.mark.slow
 def test_a_killed_stage_leaves_no_torn_file_under_a_visible_name(volume, slowvol_so, tmp_path):
     data = os.urandom(3 << 20)
     volume.write("d/big.bin", data)

@@ -318,6 +318,7 @@ print(json.dumps({k: v if isinstance(v, str) else dataclasses.asdict(v) for k, v
 """
 
 
+@pytest.mark.slow
 def test_every_write_path_works_on_object_storage(volume, slowvol_so):
     versions = build_table(volume.local("tables/o"))
     append(volume.local("tables/e"), rows(range(10), lambda i: "a"))
@@ -340,6 +341,7 @@ def test_every_write_path_works_on_object_storage(volume, slowvol_so):
     assert list((volume.local("exports/o_broken") / EXPORTS).iterdir()) == []  # the failed export removed
 
 
+@pytest.mark.slow
 def test_kill_9_mid_export_leaves_the_previous_export_served(volume, slowvol_so):
     table_dir = volume.local("tables/k")
     append(table_dir, rows(range(100), lambda i: "a"))
@@ -374,6 +376,7 @@ def test_kill_9_mid_export_leaves_the_previous_export_served(volume, slowvol_so)
     assert len(exports_in(dest) - {old.path, new.path}) == 1
 
 
+@pytest.mark.slow
 def test_random_kills_on_object_storage_never_serve_half_an_export(volume, slowvol_so):
     table_dir = volume.local("tables/r")
     append(table_dir, rows(range(200), lambda i: "a"))
@@ -412,6 +415,7 @@ def test_random_kills_on_object_storage_never_serve_half_an_export(volume, slowv
     assert current_export(dest) == result["path"] and served(dest) == new_rows
 
 
+@pytest.mark.slow
 def test_fresh_processes_exit_cleanly_and_take_turns(volume, slowvol_so):
     """deltalake's reader can abort the interpreter at exit (exit 134); exports in fresh processes must not."""
     append(volume.local("tables/p"), rows(range(3000), lambda i: "abc"[i % 3]))
@@ -432,6 +436,7 @@ def test_fresh_processes_exit_cleanly_and_take_turns(volume, slowvol_so):
     assert {r["path"] for r in shared} == {current_export(volume.path("exports/shared"))}
 
 
+@pytest.mark.slow
 def test_exporters_on_two_nodes_at_once_end_with_one_whole_export(volume, slowvol_so, tmp_path):
     expected = by_id(rows(range(3000), lambda i: "abc"[i % 3]))
     append(volume.local("tables/n"), expected)
@@ -593,6 +598,7 @@ def spark_rows(spark, n: int):
                                      "CASE WHEN id % 3 = 0 THEN 'test' ELSE 'train' END as split")
 
 
+@pytest.mark.slow
 def test_spark_connect_export_streams_back_through_hf(volume, spark):
     import datasets
 
@@ -625,6 +631,7 @@ def test_spark_connect_export_streams_back_through_hf(volume, spark):
 
 # -- the notebook --------------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_notebook_runs(tmp_path):
     import nbclient
     import nbformat

@@ -86,6 +86,7 @@ def test_registration_guard_names_the_moved_internals(monkeypatch):
         air_hf.register()
 
 
+@pytest.mark.slow
 def test_setup_of_2000_files_under_slowvol_is_fast(volume, slowvol_so, tmp_path):
     for k in range(10):
         folder = volume.local(f"many/class{k}")
@@ -157,6 +158,7 @@ def test_non_streaming_media_rows_outlive_the_node_cache(volume, hf_cache, tmp_p
     assert ds.cast_column("image", datasets.Image(decode=False))[0]["image"]["path"] == volume.path("shots/a.png")
 
 
+@pytest.mark.slow
 def test_streams_through_dataloader_workers_exactly_once(volume, hf_cache):
     expected = volume.files("many", 40)
     ds = load(volume, hf_cache, "many", num_workers=2)
@@ -224,6 +226,7 @@ def test_state_dict_resumes_exactly(volume, hf_cache):
     assert head + paths(resumed) == full
 
 
+@pytest.mark.slow
 def test_stateful_dataloader_resumes_exactly(volume, hf_cache):
     volume.files("many", 40)
 
@@ -328,57 +331,91 @@ def test_delta_table_exported_then_streamed(volume, hf_cache):
 # -- bad inputs ---------------------------------------------------------------------
 
 
-def test_bad_inputs_fail_clearly(volume, hf_cache):
+def _files(volume):
     volume.files("many", 4)
-    with pytest.raises(OptionError, match="unknown option 'shufle'.*did you mean 'shuffle'"):
-        load(volume, hf_cache, "many", shufle=True)
-    with pytest.raises(OptionError, match="needs data_dir="):
-        load_dataset("uc-volume", split="train", streaming=True, cache_dir=hf_cache)
-    with pytest.raises(VolumePathError, match="not a Unity Catalog volume path"):
-        load_dataset("uc-volume", data_dir="/tmp/x", split="train", streaming=True, cache_dir=hf_cache)
-    with pytest.raises(OptionError, match="takes no data_files=.*include="):
-        load_dataset("uc-volume", data_dir=volume.path("many"), data_files=["a"], split="train", cache_dir=hf_cache)
-    with pytest.raises(OptionError, match="decode='pixels'.*choose one of"):
-        load(volume, hf_cache, "many", decode="pixels")
-    with pytest.raises(OptionError, match="num_workers=0"):
-        load(volume, hf_cache, "many", num_workers=0)
-    with pytest.raises(OptionError, match="equalize='drop' with 4 files over 6 shards"):
-        load(volume, hf_cache, "many", world_size=3, num_workers=2, equalize="drop")
-    (volume.local_vol / "empty").mkdir()
-    with pytest.raises(EmptyVolumeError, match="holds no file"):
-        load(volume, hf_cache, "empty")
-    volume.write("loose/a.bin", b"a")
-    with pytest.raises(OptionError, match="lies in no class folder"):
-        load(volume, hf_cache, "loose", labels=True)
-    with pytest.raises(OptionError, match=r"decode='image' reads image files, but 4 of the 4 files .* "
-                                          r"\(e\.g\. class0/f00000\.bin, .*exclude='\*\.bin'"):
-        load(volume, hf_cache, "many", decode="image")
+    return "many"
 
+
+def _empty(volume):
+    (volume.local_vol / "empty").mkdir()
+    return "empty"
+
+
+def _loose(volume):
+    volume.write("loose/a.bin", b"a")
+    return "loose"
+
+
+def _mixed(volume):
     write_parquet(volume, "mixed/a.parquet", range(3))
     volume.write("mixed/notes.txt", "hi")
-    with pytest.raises(OptionError, match="mixes Parquet files.*mode='files'"):
-        load(volume, hf_cache, "mixed")
-    assert len(list(load(volume, hf_cache, "mixed", mode="files"))) == 2
-    with pytest.raises(OptionError, match="apply to files mode"):
-        load(volume, hf_cache, "mixed", mode="parquet", include="*.parquet", decode="bytes")
-    with pytest.raises(OptionError, match=r"columns=\['nope'\]: the tables' columns are \['id', 'x'\]"):
-        load(volume, hf_cache, "mixed", include="*.parquet", columns=["nope"])
-    with pytest.raises(OptionError, match="columns= applies to Parquet mode"):
-        load(volume, hf_cache, "mixed", mode="files", columns=["id"])
-    with pytest.raises(OptionError, match="columns='id': give a non-empty list"):
-        load(volume, hf_cache, "mixed", include="*.parquet", columns="id")
+    return "mixed"
 
+
+def _corrupt(volume):
     write_parquet(volume, "corrupt/a.parquet", range(3))
     volume.write("corrupt/b.parquet", b"PAR1 not really")
-    with pytest.raises(ParquetError, match="b.parquet is not a readable Parquet file"):
-        load(volume, hf_cache, "corrupt")
+    return "corrupt"
+
+
+def _only_garbage(volume):
     volume.write("corrupt0/a.parquet", b"garbage")
-    with pytest.raises(ParquetError, match="a.parquet is not a readable Parquet file"):
-        load(volume, hf_cache, "corrupt0")
+    return "corrupt0"
+
+
+def _two_schemas(volume):
     write_parquet(volume, "schemas/a.parquet", range(3))
     pq.write_table(pa.table({"id": ["three"]}), volume.local("schemas/b.parquet"))
-    with pytest.raises(ParquetError, match="b.parquet and .*a.parquet have different columns"):
-        load(volume, hf_cache, "schemas")
+    return "schemas"
+
+
+@pytest.mark.parametrize("call, error, match", [
+    pytest.param(lambda v, c: load(v, c, _files(v), shufle=True), OptionError,
+                 "unknown option 'shufle'.*did you mean 'shuffle'", id="misspelt-option"),
+    pytest.param(lambda v, c: load_dataset("uc-volume", split="train", streaming=True, cache_dir=c), OptionError,
+                 "needs data_dir=", id="no-data-dir"),
+    pytest.param(lambda v, c: load_dataset("uc-volume", data_dir="/tmp/x", split="train", streaming=True,
+                                           cache_dir=c), VolumePathError, "not a Unity Catalog volume path",
+                 id="not-a-volume"),
+    pytest.param(lambda v, c: load_dataset("uc-volume", data_dir=v.path(_files(v)), data_files=["a"], split="train",
+                                           cache_dir=c), OptionError, "takes no data_files=.*include=",
+                 id="data-files"),
+    pytest.param(lambda v, c: load(v, c, _files(v), decode="pixels"), OptionError, "decode='pixels'.*choose one of",
+                 id="unknown-decode"),
+    pytest.param(lambda v, c: load(v, c, _files(v), num_workers=0), OptionError, "num_workers=0", id="zero-workers"),
+    pytest.param(lambda v, c: load(v, c, _files(v), world_size=3, num_workers=2, equalize="drop"), OptionError,
+                 "equalize='drop' with 4 files over 6 shards", id="drop-with-fewer-files-than-shards"),
+    pytest.param(lambda v, c: load(v, c, _empty(v)), EmptyVolumeError, "holds no file", id="empty-folder"),
+    pytest.param(lambda v, c: load(v, c, _loose(v), labels=True), OptionError, "lies in no class folder",
+                 id="labels-without-class-folders"),
+    pytest.param(lambda v, c: load(v, c, _files(v), decode="image"), OptionError,
+                 r"decode='image' reads image files, but 4 of the 4 files .* "
+                 r"\(e\.g\. class0/f00000\.bin, .*exclude='\*\.bin'", id="image-decode-of-other-files"),
+    pytest.param(lambda v, c: load(v, c, _mixed(v)), OptionError, "mixes Parquet files.*mode='files'",
+                 id="mixed-folder"),
+    pytest.param(lambda v, c: load(v, c, _mixed(v), mode="parquet", include="*.parquet", decode="bytes"),
+                 OptionError, "apply to files mode", id="files-options-in-parquet-mode"),
+    pytest.param(lambda v, c: load(v, c, _mixed(v), include="*.parquet", columns=["nope"]), OptionError,
+                 r"columns=\['nope'\]: give a non-empty list of the rows' columns, \['id', 'x'\]",
+                 id="unknown-column"),
+    pytest.param(lambda v, c: load(v, c, _mixed(v), mode="files", columns=["id"]), OptionError,
+                 "columns= applies to Parquet mode", id="columns-in-files-mode"),
+    pytest.param(lambda v, c: load(v, c, _mixed(v), include="*.parquet", columns="id"), OptionError,
+                 "columns='id': give a non-empty list", id="columns-not-a-list"),
+    pytest.param(lambda v, c: load(v, c, _corrupt(v)), ParquetError, "b.parquet is not a readable Parquet file",
+                 id="corrupt-parquet"),
+    pytest.param(lambda v, c: load(v, c, _only_garbage(v)), ParquetError, "a.parquet is not a readable Parquet file",
+                 id="only-corrupt-parquet"),
+    pytest.param(lambda v, c: load(v, c, _two_schemas(v)), ParquetError,
+                 "b.parquet and .*a.parquet have different columns", id="two-schemas"),
+])
+def test_bad_inputs_fail_clearly(volume, hf_cache, call, error, match):
+    with pytest.raises(error, match=match):
+        call(volume, hf_cache)
+
+
+def test_a_mixed_folder_reads_as_files_when_asked(volume, hf_cache):
+    assert len(list(load(volume, hf_cache, _mixed(volume), mode="files"))) == 2
 
 
 def test_demo_section(volume, capsys):

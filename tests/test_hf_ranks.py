@@ -5,7 +5,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from conftest import torchrun
+
+pytestmark = pytest.mark.slow  # torchrun
 
 SCRIPTS = Path(__file__).parent / "scripts"
 

@@ -14,6 +14,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+pytestmark = pytest.mark.slow  # pip installs datasets, subprocesses
+
 SMOKE = Path(__file__).parent / "scripts" / "hf_smoke.py"
 LOWEST = "4.0.0"
 

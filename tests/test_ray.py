@@ -54,6 +54,7 @@ def ordered():
 # -- files mode --------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_file_rows_come_with_bytes_and_a_second_execution_needs_no_volume(volume, ray_cluster):
     paths = volume.files("d", 30)
     ds = read_uc_volume(volume.path("d"), include_bytes=True)
@@ -88,7 +89,8 @@ def test_binary_blocks_close_before_2_gib():
     assert task_plan.binary_block_bytes(128 << 20, 5 << 20) == 128 << 20
     # A block closes once it holds the limit; with its last file it still fits 32-bit offsets.
     limit = task_plan.binary_block_bytes(4 << 30, 1 << 30)
-    assert limit + (1 << 30) - 1 <= task_plan.BINARY_BYTES
+    assert limit == 1 << 30 and limit + (1 << 30) - 1 <= 2**31 - 1
+    assert task_plan.binary_block_bytes(4 << 30, 5 << 20) == (2 << 30) - (5 << 20)
 
 
 def test_read_tasks_are_byte_balanced_deterministic_and_carry_only_their_rows(volume):
@@ -133,6 +135,7 @@ def test_parquet_pieces_carry_only_their_files():
     assert task_plan.piece_bytes(local[0]) == 500 and task_plan.piece_bytes(b) == 1000
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("equalize", ["none", "drop", "pad"])
 def test_ranks_read_disjoint_slices_that_cover_the_folder(volume, ray_cluster, equalize):
     paths = volume.files("d", 31)
@@ -148,6 +151,7 @@ def test_ranks_read_disjoint_slices_that_cover_the_folder(volume, ray_cluster, e
         assert sum(len(set(g)) for g in got) == 31  # a short rank repeats its own files
 
 
+@pytest.mark.slow
 def test_shuffle_follows_rays_file_shuffle_config(volume, ray_cluster, ordered):
     volume.files("d", 40)
     fresh = read_uc_volume(volume.path("d"), shuffle=FileShuffleConfig(seed=1))
@@ -159,6 +163,7 @@ def test_shuffle_follows_rays_file_shuffle_config(volume, ray_cluster, ordered):
     assert [r["path"] for r in plain.take_all()] == [r["path"] for r in plain.take_all()]
 
 
+@pytest.mark.slow
 def test_the_listing_travels_as_a_file_not_inside_the_datasource(volume, ray_cluster):
     volume.files("d", 300)
     source = UCVolumeDatasource(volume.path("d"))
@@ -172,6 +177,7 @@ def test_the_listing_travels_as_a_file_not_inside_the_datasource(volume, ray_clu
 # -- Parquet mode ------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_parquet_rows_keep_partition_columns_and_counts_are_exact(volume, ray_cluster):
     expected = write_table(volume, "t")
     ds = read_uc_volume(volume.path("t"))
@@ -187,6 +193,7 @@ def test_parquet_rows_keep_partition_columns_and_counts_are_exact(volume, ray_cl
     assert with_paths["path"].startswith(volume.path("t/split="))
 
 
+@pytest.mark.slow
 def test_parquet_ranks_get_exactly_equal_rows(volume, ray_cluster):
     expected = write_table(volume, "t", rows=53)  # 212 rows: 53 per rank of 4
     shares = [read_uc_volume(volume.path("t"), rank=r, world_size=4, equalize="drop") for r in range(4)]
@@ -248,6 +255,7 @@ def test_bad_input_fails_clearly_on_the_driver(volume, case, error, words):
 # -- engines: Ray Train, torchrun, slowvol, Delta --------------------------------------------------
 
 
+@pytest.mark.slow
 def test_ray_train_workers_get_disjoint_complete_shards(volume, ray_cluster, tmp_path):
     from ray.train import RunConfig, ScalingConfig
     from ray.train.torch import TorchTrainer
@@ -271,6 +279,7 @@ def test_ray_train_workers_get_disjoint_complete_shards(volume, ray_cluster, tmp
     assert len(a) == len(b) == 20 and not set(a) & set(b) and sorted(a + b) == paths
 
 
+@pytest.mark.slow
 def test_torchrun_ranks_detect_their_slice(volume, ray_cluster, tmp_path):
     paths = volume.files("d", 41)
     torchrun(SCRIPTS / "ray_torchrun.py", 2, volume.path("d"), str(tmp_path),
@@ -280,6 +289,7 @@ def test_torchrun_ranks_detect_their_slice(volume, ray_cluster, tmp_path):
     assert not set(a["paths"]) & set(b["paths"]) and set(a["paths"]) | set(b["paths"]) < set(paths)
 
 
+@pytest.mark.slow
 def test_slowvol_trace_first_execution_opens_each_file_once_second_none(volume, slowvol_so, tmp_path):
     paths = volume.files("d", 60)
     parquet = sorted(f"{volume.local_vol}/t/{p}" for p in ("split=train/part-0.parquet", "split=train/part-1.parquet",
@@ -304,6 +314,7 @@ def test_slowvol_trace_first_execution_opens_each_file_once_second_none(volume, 
     assert out["parquet_rows"] == [len(rows)] * 2
 
 
+@pytest.mark.slow
 def test_delta_table_is_exported_then_read_as_parquet(volume, ray_cluster):
     deltalake = pytest.importorskip("deltalake")
     pytest.importorskip("air_core.delta")
@@ -322,6 +333,7 @@ def test_delta_table_is_exported_then_read_as_parquet(volume, ray_cluster):
 # -- demo and notebook --------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_demo_section_reads_twice_and_shows_the_split(volume, ray_cluster, capsys):
     from air_ray.demo import run
 
@@ -331,6 +343,7 @@ def test_demo_section_reads_twice_and_shows_the_split(volume, ray_cluster, capsy
     assert "24 files" in out and "execution 2" in out and "rank 1" in out
 
 
+@pytest.mark.slow
 def test_notebook_runs(ray_cluster, tmp_path, monkeypatch):
     nbformat = pytest.importorskip("nbformat")
     from nbclient import NotebookClient
@@ -340,4 +353,6 @@ def test_notebook_runs(ray_cluster, tmp_path, monkeypatch):
     nb = nbformat.read(ROOT / "notebooks" / "ray_data.ipynb", as_version=4)
     NotebookClient(nb, timeout=180, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
     text = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []))
-    assert "execution 2" in text
+    assert "execution 2" in text and "files in the node cache: 120" in text
+    assert "files per rank: [40, 40, 40] overlap: 0" in text
+    assert any("image/png" in o.get("data", {}) for c in nb.cells if c.cell_type == "code" for o in c.outputs)

@@ -48,6 +48,7 @@ def cache_files(root: Path) -> tuple[list[Path], list[Path]]:
     return [p for p in files if not p.name.startswith(".")], [p for p in files if p.name.startswith(".")]
 
 
+@pytest.mark.slow
 def test_transient_errors_are_retried_and_every_file_arrives_once(volume, slowvol_so, tmp_path):
     paths = volume.files("d", 300, size=lambda i: 3000 + i)
     trace = tmp_path / "trace"
@@ -58,6 +59,7 @@ def test_transient_errors_are_retried_and_every_file_arrives_once(volume, slowvo
     assert len(entries) == 300
 
 
+@pytest.mark.slow
 def test_a_file_that_stays_unreadable_is_a_clear_error_naming_it(volume, slowvol_so):
     volume.files("d", 30)
     bad = "d/class1/f00004.bin"
@@ -69,6 +71,7 @@ def test_a_file_that_stays_unreadable_is_a_clear_error_naming_it(volume, slowvol
     assert "after 10 attempts: Input/output error" in last
 
 
+@pytest.mark.slow
 def test_a_stalled_read_is_hedged_and_the_pass_ends_long_before_the_stall(volume, slowvol_so, tmp_path):
     # 0.2% of 1,500 reads stall for a minute: about three stalls per pass, each hedged after ~0.15 s.
     paths = volume.files("d", 1500, size=lambda i: 1000 + i)

@@ -17,6 +17,7 @@ from air_core import FileStream, StateError, run_state
 SCRIPT = Path(__file__).parent / "scripts" / "core_ranks.py"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("equalize", ["none", "pad"])
 def test_torchrun_three_ranks_two_workers_cover_the_folder_once(volume, tmp_path, equalize):
     paths = volume.files("d", 47, size=lambda i: 100 + (i * 7919) % 5000)
@@ -197,6 +198,7 @@ def test_set_epoch_reshuffles_and_len_counts_the_rank(volume):
     assert len(s) == len(e0) == 7
 
 
+@pytest.mark.slow
 def test_ranks_without_a_process_group_compare_their_listings(volume, tmp_path):
     volume.files("d", 6)
     torchrun(Path(__file__).parent / "scripts" / "core_mismatch.py", 2, volume.path("d"), str(tmp_path))

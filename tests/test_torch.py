@@ -69,6 +69,7 @@ def exactly_once(*parts: list[str]) -> list[str]:
 # -- the reference's documented usage, with only the import changed --------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.filterwarnings("ignore:This DataLoader will create 4 worker processes")
 def test_reference_docstring_example_runs_as_written(volume):
     data = volume.root / "my-catalog" / "my-schema" / "my-volume" / "data"
@@ -100,6 +101,7 @@ class ImageDataset(IterableDataset):
             yield pixels, int(pixels[0, 0])
 
 
+@pytest.mark.slow
 def test_image_wrapper_decodes_and_resumes_under_forkserver(volume):
     from PIL import Image
 
@@ -151,21 +153,27 @@ def two_ranks(tmp_path_factory):
                               cache=tmp / "cache")
 
 
+@pytest.mark.slow
 def test_two_ranks_two_workers_read_every_file_once(two_ranks):
     assert exactly_once(read(two_ranks.out, "epoch0")) == two_ranks.names
 
 
+@pytest.mark.slow
 def test_default_workers_per_rank_are_capped_by_the_cores(two_ranks):
-    cpus = len(os.sched_getaffinity(0))
-    assert per_rank(two_ranks.out, "dcp")[0]["default_workers"] == max(1, min(6, cpus // 2))
+    # torchrun's process group is seen: at most 6 workers a rank, and the node's two ranks
+    # together ask for no more workers than it has cores (yet at least one each).
+    workers = per_rank(two_ranks.out, "dcp")[0]["default_workers"]
+    assert 1 <= workers <= 6 and (workers == 1 or 2 * workers <= len(os.sched_getaffinity(0)))
 
 
+@pytest.mark.slow
 def test_dcp_round_trips_model_optimizer_and_loader_state_on_two_ranks(two_ranks):
     for rank in per_rank(two_ranks.out, "dcp"):
         assert rank["model"] and rank["optim"] and rank["data"]
     assert not os.listdir(two_ranks.cache / "staging")  # staged files are gone once published
 
 
+@pytest.mark.slow
 def test_mlflow_file_store_receives_fetch_timings_per_rank(two_ranks):
     for rank in (0, 1):
         for key in ("fetch_seconds", "fetch_seconds_variance", "between_next_seconds",
@@ -175,6 +183,7 @@ def test_mlflow_file_store_receives_fetch_timings_per_rank(two_ranks):
     assert not any(per_rank(two_ranks.out, "mlflow_imported"))  # no run: mlflow never imported
 
 
+@pytest.mark.slow
 def test_resume_on_the_same_grid_is_exactly_once(two_ranks):
     out = two_ranks.out
     got = exactly_once(read(out, "before"), read(out, "middle"), read(out, "rest"))
@@ -184,6 +193,7 @@ def test_resume_on_the_same_grid_is_exactly_once(two_ranks):
     assert finished["epoch"] == 2 and not finished["streams"]  # the next epoch's start
 
 
+@pytest.mark.slow
 @pytest.mark.filterwarnings("ignore:This DataLoader will create 3 worker processes")
 @pytest.mark.parametrize("saved,context,seen", [
     ("dcp", "spawn", ["before"]),                # one resume: saved at 2 x 2, resumed at 1 x 3
@@ -204,16 +214,40 @@ def test_resume_on_another_grid_is_exactly_once(two_ranks, saved, context, seen)
 # -- one process ------------------------------------------------------------------------------------
 
 
-def test_defaults_follow_the_reference(volume):
+def test_defaults_follow_the_reference(volume, monkeypatch):
     named_files(volume.local("d"), 4)
     dataset = UCVolumeDataset(volume.path("d"))
-    loader = DataLoader(dataset)
-    assert loader.num_workers == max(1, min(48, len(os.sched_getaffinity(0))))
+    with monkeypatch.context() as mp:
+        mp.setattr(os, "sched_getaffinity", lambda pid: set(range(64)))
+        loader = DataLoader(dataset)
+    assert loader.num_workers == 48
     assert loader.prefetch_factor == 4 and loader.persistent_workers
     single = DataLoader(dataset, num_workers=0)  # the reference raises here (prefetch_factor without workers)
     assert single.prefetch_factor is None and not single.persistent_workers
     assert len([p for batch in single for p in batch]) == 4
     assert not DataLoader(dataset, num_workers=1, persistent_workers=False).persistent_workers
+
+
+@pytest.mark.parametrize("cpus, world_size, ranks_on_node, workers", [
+    (1, 1, None, 1), (8, 1, None, 8), (64, 1, None, 48),  # a lone process: a worker a core, at most 48
+    (64, 1, "1", 48),                                    # a process group of one is a lone process
+    (16, 2, "2", 6), (8, 2, "2", 4), (2, 2, "2", 1),     # ranks share the node's cores, at most 6 each
+    (1, 2, "2", 1), (3, 8, "8", 1),                      # never fewer than one
+    (4, 4, None, 4), (32, 4, None, 6),                   # one rank per node (LOCAL_WORLD_SIZE unset)
+    (96, 8, "8", 6), (16, 8, "8", 2),
+])
+def test_default_num_workers_share_the_cores_among_the_ranks_of_a_node(monkeypatch, cpus, world_size,
+                                                                        ranks_on_node, workers):
+    from air_core.torch import default_num_workers
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(cpus)))
+    monkeypatch.setattr(torch.distributed, "is_initialized", lambda: True)
+    monkeypatch.setattr(torch.distributed, "get_world_size", lambda group=None: world_size)
+    if ranks_on_node is None:
+        monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
+    else:
+        monkeypatch.setenv("LOCAL_WORLD_SIZE", ranks_on_node)
+    assert default_num_workers() == workers
 
 
 def test_dataset_is_small_when_pickled(volume):
@@ -224,6 +258,7 @@ def test_dataset_is_small_when_pickled(volume):
     assert len(pickle.loads(blob).manifest) == 300
 
 
+@pytest.mark.slow
 def test_each_pass_is_the_next_epoch_and_set_epoch_picks_one(volume):
     names = named_files(volume.local("d"), 24)
     dataset = UCVolumeDataset(volume.path("d"), shuffle=True, seed=1)
@@ -235,6 +270,7 @@ def test_each_pass_is_the_next_epoch_and_set_epoch_picks_one(volume):
     assert state_mod.decode(loader.state_dict())["epoch"] == 1
 
 
+@pytest.mark.slow
 def test_yielded_paths_stay_valid_past_a_full_cache(volume):
     names = named_files(volume.local("d"), 30)
     loader = DataLoader(UCVolumeDataset(volume.path("d"), cache_limit=2000), batch_size=None, num_workers=2)
@@ -247,6 +283,7 @@ def test_yielded_paths_stay_valid_past_a_full_cache(volume):
     assert any(not p.startswith(os.environ["AIR_CACHE_DIR"]) for p in paths)  # past the cap: read in place
 
 
+@pytest.mark.slow
 def test_epoch_boundaries_and_fresh_states(volume):
     names = named_files(volume.local("d"), 10)
     loader = names_loader(volume.path("d"), num_workers=0)
