@@ -17,8 +17,11 @@ Admission, not eviction, keeps the cache within its byte cap and the disk's
 free reserve: once full, new files are not admitted (they are streamed from
 the volume instead). Under epochs that cycle over more data than fits, LRU
 eviction would drive the hit rate to zero; freezing keeps it at cap/data.
-`prune` removes the least recently used entries when the cache is over its
-cap (a lowered cap, old datasets), sparing entries used in the last hour.
+`prune` removes entries unused for a while, and the least recently used ones
+when the cache is over its cap (a lowered cap, old datasets), sparing entries
+used in the last hour; `clear` removes everything; `info` says what is held.
+`air-data cache info|prune|clear` runs them. None of them keeps a structure
+per entry in memory: at 10^7 entries the cache is surveyed into two arrays.
 
 The data is governed: the folder is 0700 and every file 0600.
 """
@@ -33,7 +36,12 @@ import shutil
 import tempfile
 import threading
 import time
+from array import array
 from dataclasses import dataclass
+from functools import lru_cache
+from typing import Iterator
+
+import numpy as np
 
 from .errors import FetchError, OptionError
 from .fetch import ordered_map
@@ -105,7 +113,6 @@ class Cache:
         self.stats = CacheStats()
         self._lock = threading.Lock()
         self._free: int | None = None
-        self._entries: dict[tuple[str, int, int], str] = {}
         self._fetching: set[str] = set()  # entries this process is copying now
         self._unchecked = 0
         self._usage_file = os.path.join(self.root, "usage")
@@ -126,13 +133,7 @@ class Cache:
 
     def entry_path(self, volume_path: str, size: int, mtime_ns: int) -> str:
         """Where the copy of this version of the file lives (whether or not it is there yet)."""
-        version = (volume_path, size, mtime_ns)
-        entry = self._entries.get(version)  # every later epoch asks again: remember the answer
-        if entry is None:
-            key = hashlib.sha256(f"{volume_path}\0{size}\0{mtime_ns}".encode()).hexdigest()[:_KEY_CHARS]
-            name = volume_path.rsplit("/", 1)[-1][-_NAME_CHARS:]
-            entry = self._entries[version] = f"{self._objects}/{key[:2]}/{key}-{name}"
-        return entry
+        return _entry_path(self._objects, volume_path, size, mtime_ns)
 
     def lookup(self, volume_path: str, size: int, mtime_ns: int) -> str | None:
         """The cached copy's path if this version of the file is cached, else None."""
@@ -221,29 +222,68 @@ class Cache:
         with self._ledger() as (read, _):
             return read()
 
-    def prune(self) -> int:
-        """Remove least recently used entries until within the cap; returns bytes freed."""
-        if self.limit_bytes is None:
-            return 0
-        entries = []
-        for dirpath, _, names in os.walk(self._objects):
-            for n in names:
-                if not n.startswith("."):
-                    p = os.path.join(dirpath, n)
-                    st = os.stat(p)
-                    entries.append((st.st_atime, st.st_size, p))
-        entries.sort()
-        total = sum(e[1] for e in entries)
+    def prune(self, older_than: float | None = None) -> int:
+        """Remove entries unused for `older_than` seconds, then least recently used ones down to the cap.
+
+        Entries used in the last `IN_USE_SECONDS` stay either way: a reader
+        may hold their path. Returns the bytes freed. Two passes over the
+        entries with their times and sizes in arrays, so a cache of 10^7
+        files is pruned in a few hundred MB of memory.
+        """
+        now = time.time()
+        atimes, sizes = self._survey()
+        cut = -np.inf if older_than is None else now - older_than
+        total = int(sizes.sum())
+        if self.limit_bytes is not None and total > self.limit_bytes:
+            order = np.argsort(atimes, kind="stable")
+            k = int(np.searchsorted(np.cumsum(sizes[order]), total - self.limit_bytes))
+            cut = max(cut, float(atimes[order[min(k, len(order) - 1)]]))
+        cut = min(cut, now - IN_USE_SECONDS)
         freed = 0
-        recent = time.time() - IN_USE_SECONDS
-        for atime, size, p in entries:
-            if total - freed <= self.limit_bytes or atime > recent:
-                break
-            _unlink(p)
-            freed += size
+        for entry in self._entries():
+            st = entry.stat(follow_symlinks=False)
+            if st.st_atime <= cut:
+                _unlink(entry.path)
+                freed += st.st_size
         with self._ledger() as (_, write):
             write(total - freed)
         return freed
+
+    def clear(self) -> int:
+        """Remove every entry and saved listing, in use or not; returns the bytes freed.
+
+        Paths that running jobs were handed stop existing: stop them first.
+        """
+        freed = 0
+        for entry in self._entries():
+            freed += entry.stat(follow_symlinks=False).st_size
+            _unlink(entry.path)
+        shutil.rmtree(os.path.join(self.root, "manifests"), ignore_errors=True)
+        with self._ledger() as (_, write):
+            write(0)
+        return freed
+
+    def info(self) -> dict:
+        """The cache's folder, bytes and entries held (counted now), cap, and the disk's free bytes."""
+        atimes, sizes = self._survey()
+        return {"folder": self.root, "bytes": int(sizes.sum()), "entries": len(sizes),
+                "limit_bytes": self.limit_bytes, "disk_free_bytes": shutil.disk_usage(self.root).free,
+                "oldest_use": float(atimes.min()) if len(atimes) else None}
+
+    def _entries(self) -> Iterator[os.DirEntry]:
+        """Every published entry (not the hidden copies in progress), folder by folder."""
+        for k in range(256):
+            with os.scandir(os.path.join(self._objects, f"{k:02x}")) as it:
+                yield from (e for e in it if not e.name.startswith(".") and e.is_file(follow_symlinks=False))
+
+    def _survey(self) -> tuple[np.ndarray, np.ndarray]:
+        """(last use, size) of every entry, as float64 and int64 arrays."""
+        atimes, sizes = array("d"), array("q")
+        for e in self._entries():
+            st = e.stat(follow_symlinks=False)
+            atimes.append(st.st_atime)
+            sizes.append(st.st_size)
+        return np.frombuffer(atimes, dtype=np.float64), np.frombuffer(sizes, dtype=np.int64)
 
     def _touch(self, entry: str) -> bool:
         try:
@@ -301,15 +341,20 @@ class Cache:
         return Ledger()
 
     def _scan(self) -> int:
-        return sum(
-            os.path.getsize(os.path.join(d, n))
-            for d, _, names in os.walk(self._objects) for n in names if not n.startswith(".")
-        )
+        return int(self._survey()[1].sum())
 
     def _count(self, **deltas: int) -> None:
         with self._lock:
             for k, v in deltas.items():
                 setattr(self.stats, k, getattr(self.stats, k) + v)
+
+
+@lru_cache(maxsize=1 << 16)
+def _entry_path(objects: str, volume_path: str, size: int, mtime_ns: int) -> str:
+    # Every later epoch asks again, so answers are remembered; boundedly: a stream of 10^7 files must
+    # not hold a dict of them all (once past the bound, a cyclic pass just hashes again, ~1 us a file).
+    key = hashlib.sha256(f"{volume_path}\0{size}\0{mtime_ns}".encode()).hexdigest()[:_KEY_CHARS]
+    return f"{objects}/{key[:2]}/{key}-{volume_path.rsplit('/', 1)[-1][-_NAME_CHARS:]}"
 
 
 def copy_into(source: str, volume_path: str, size: int, mtime_ns: int, fd: int) -> None:

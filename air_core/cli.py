@@ -1,15 +1,18 @@
-"""The `air-data` command: demo, stage, export-delta."""
+"""The `air-data` command: demo, stage, export-delta, cache."""
 
 from __future__ import annotations
 
 import argparse
+import os
+import re
 import sys
 import tempfile
+import time
 
 from tqdm import tqdm
 
 from .cli_delta import add_export_delta_command
-from .errors import AirError
+from .errors import AirError, OptionError
 
 
 def _demo(args: argparse.Namespace) -> None:
@@ -33,6 +36,49 @@ def _stage(args: argparse.Namespace) -> None:
     print(f"copied {result.copied} files ({result.bytes / 1e6:.1f} MB), {result.skipped} already up to date")
 
 
+_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def size(text: str) -> int:
+    """Bytes from `500M`, `10G`, `1GiB`, `4096` (powers of 1024)."""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(?:i?b)?\s*", text.lower())
+    if not m:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a size: give e.g. 500M, 10G or 1GiB")
+    return int(float(m.group(1)) * _UNITS[m.group(2)])
+
+
+def duration(text: str) -> float:
+    """Seconds from `90s`, `30m`, `12h`, `7d`."""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhd])\s*", text.lower())
+    if not m:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a duration: give e.g. 30m, 12h or 7d")
+    return float(m.group(1)) * _SECONDS[m.group(2)]
+
+
+def _cache(args: argparse.Namespace) -> None:
+    from .cache import Cache, default_dir
+
+    root = os.path.abspath(args.cache_dir or default_dir())
+    if not os.path.isdir(os.path.join(root, "objects")):  # never make, nor empty, a folder that is no cache
+        raise OptionError(f"{root} holds no node cache (no objects/ folder): give the folder with --cache-dir, "
+                          "or set AIR_CACHE_DIR")
+    cache = Cache(root, limit_bytes=getattr(args, "limit", None))  # refuses another user's folder
+    if args.action == "info":
+        i = cache.info()
+        used = "never" if i["oldest_use"] is None else f"{(time.time() - i['oldest_use']) / 3600:.1f} h ago"
+        print(f"folder: {i['folder']}\nentries: {i['entries']}\nsize: {i['bytes'] / 1e9:.3f} GB\n"
+              f"oldest use: {used}\ndisk free: {i['disk_free_bytes'] / 1e9:.1f} GB\n"
+              "hits and misses are counted per process (CacheStats), not kept here")
+    elif args.action == "prune":
+        if args.older_than is None and args.limit is None:
+            raise OptionError("prune needs --older-than (e.g. 7d) or --limit (e.g. 100G): what should go?")
+        print(f"freed {cache.prune(older_than=args.older_than) / 1e9:.3f} GB "
+              "(entries used in the last hour are kept)")
+    else:
+        print(f"freed {cache.clear() / 1e9:.3f} GB")
+
+
 def parser() -> argparse.ArgumentParser:
     """The argument parser of `air-data`."""
     p = argparse.ArgumentParser(prog="air-data", description="Unity Catalog volume loaders.")
@@ -53,6 +99,19 @@ def parser() -> argparse.ArgumentParser:
     st.set_defaults(func=_stage)
 
     add_export_delta_command(sub)
+
+    cache = sub.add_parser("cache", help="what the node cache holds; prune or clear it")
+    actions = cache.add_subparsers(dest="action", required=True)
+    for name, text in (("info", "folder, entries, size, oldest use, free disk"),
+                       ("prune", "remove entries unused for a while, or down to a size (spares the last hour's)"),
+                       ("clear", "remove every entry and saved listing (stop running jobs first)")):
+        a = actions.add_parser(name, help=text)
+        a.add_argument("--cache-dir", help="the cache folder (default: $AIR_CACHE_DIR, then /local_disk0/..., "
+                                           "then a per-user temp folder)")
+        if name == "prune":
+            a.add_argument("--older-than", type=duration, help="remove entries unused for this long (e.g. 7d)")
+            a.add_argument("--limit", type=size, help="then remove the least recently used down to this size")
+        a.set_defaults(func=_cache)
     return p
 
 

@@ -69,3 +69,88 @@ def test_bad_input_is_one_clear_line(volume, tmp_path):
     assert out.returncode == 2
     assert out.stderr.startswith("air-data stage: '/data/x' is not a Unity Catalog volume path")
     assert "Traceback" not in out.stderr
+
+
+# -- air-data cache ----------------------------------------------------------------------------------
+
+def cached(volume, n: int) -> Path:
+    """A node cache holding n files, read through a stream; returns its folder."""
+    from air_core import FileStream
+
+    volume.files("c", n)
+    assert len(list(FileStream(volume.path("c")))) == n
+    return Path(os.environ["AIR_CACHE_DIR"])
+
+
+def entries(root: Path) -> list[Path]:
+    return [p for p in (root / "objects").rglob("*") if p.is_file() and not p.name.startswith(".")]
+
+
+def age(paths, hours: float) -> None:
+    t = os.path.getmtime(paths[0]) - hours * 3600
+    for p in paths:
+        os.utime(p, (t, os.path.getmtime(p)))
+
+
+def test_cache_info_says_what_the_cache_holds(volume, capsys):
+    from air_core.cli import main
+
+    root = cached(volume, 12)
+    assert main(["cache", "info"]) == 0
+    out = capsys.readouterr().out
+    assert f"folder: {root}" in out and "entries: 12\n" in out and "not kept here" in out
+
+
+def test_cache_prune_removes_what_went_unused_and_spares_the_last_hour(volume, capsys):
+    from air_core.cli import main
+
+    root = cached(volume, 10)
+    old = sorted(entries(root))[:4]
+    age(old, 48)
+    assert main(["cache", "prune", "--older-than", "1d"]) == 0
+    assert sorted(entries(root)) == sorted(set(entries(root)) - set(old)) and len(entries(root)) == 6
+    age(entries(root), 0.1)  # used a few minutes ago: in use, whatever the cap
+    assert main(["cache", "prune", "--limit", "1"]) == 0
+    assert len(entries(root)) == 6
+    assert main(["cache", "prune"]) == 2
+    assert "needs --older-than" in capsys.readouterr().err
+
+
+def test_cache_prune_to_a_size_removes_the_least_recently_used_first(volume):
+    from air_core.cli import main
+
+    root = cached(volume, 8)
+    by_use = sorted(entries(root))
+    for k, p in enumerate(by_use):  # entry k was last used 30 - k hours ago: the last ones most recently
+        os.utime(p, (os.path.getmtime(p) - (30 - k) * 3600, os.path.getmtime(p)))
+    keep = sum(p.stat().st_size for p in by_use[-3:])
+    assert main(["cache", "prune", "--limit", str(keep)]) == 0
+    assert sorted(entries(root)) == by_use[-3:]
+
+
+def test_cache_clear_removes_entries_and_listings_but_never_a_folder_that_is_no_cache(volume, tmp_path, capsys):
+    from air_core.cli import main
+
+    root = cached(volume, 5)
+    assert main(["cache", "clear"]) == 0
+    assert entries(root) == [] and not (root / "manifests").exists()
+    (tmp_path / "home").mkdir()
+    (tmp_path / "home" / "notes.txt").write_text("mine")
+    assert main(["cache", "clear", "--cache-dir", str(tmp_path / "home")]) == 2
+    assert "holds no node cache" in capsys.readouterr().err
+    assert (tmp_path / "home" / "notes.txt").read_text() == "mine"
+
+
+def test_cache_commands_refuse_another_users_cache(volume, tmp_path, capsys):
+    from air_core.cli import main
+
+    if os.getuid() != 0:
+        pytest.skip("giving a folder to another user needs root")
+    root = cached(volume, 3)
+    os.chown(root, 12345, 12345)
+    try:
+        assert main(["cache", "clear"]) == 2
+        assert "belongs to another user" in capsys.readouterr().err
+        assert len(entries(root)) == 3
+    finally:
+        os.chown(root, 0, 0)
