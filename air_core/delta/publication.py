@@ -268,8 +268,11 @@ class Destination:
 
 def _read_pointer(vp: volume.VolumePath) -> dict | None:
     """The destination's pointer, checked; None when there is none."""
+    file = os.path.join(vp.local, POINTER)
+    if not os.path.isfile(file):  # most folders are no destination: a stat, not an open, says so
+        return None
     try:
-        with open(os.path.join(vp.local, POINTER)) as f:
+        with open(file) as f:
             text = f.read()
     except (FileNotFoundError, NotADirectoryError):
         return None
