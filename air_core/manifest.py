@@ -107,12 +107,11 @@ class Manifest:
         `fingerprint`: the listing these rows were taken from (a read task's
         share of it); by default, their own.
         """
-        names = [r[0].encode() + b"\0" for r in rows]
+        blob = np.frombuffer("".join(f"{r[0]}\0" for r in rows).encode(), dtype=np.uint8)
         offsets = np.zeros(len(rows) + 1, dtype=np.int64)
-        np.cumsum([len(n) for n in names], out=offsets[1:])
-        blob = np.frombuffer(b"".join(names), dtype=np.uint8)
-        sizes = np.fromiter((r[1] for r in rows), dtype=np.int64, count=len(rows))
-        mtimes = np.fromiter((r[2] for r in rows), dtype=np.int64, count=len(rows))
+        offsets[1:] = np.flatnonzero(blob == 0) + 1  # a path never holds NUL
+        sizes = np.array([r[1] for r in rows], dtype=np.int64)
+        mtimes = np.array([r[2] for r in rows], dtype=np.int64)
         return cls(root, blob, offsets, sizes, mtimes, fingerprint)
 
     def rows(self, items: Iterable[int]) -> list[tuple[str, int, int]]:
@@ -250,8 +249,10 @@ def list_folder(
             done, pending = wait(pending, return_when=FIRST_COMPLETED)
             for fut in done:
                 files, dirs = fut.result()
-                entries.extend(f for f in files if _selected(f[0], inc, exc, suffixes))
                 bar.update(len(files))
+                if inc or exc or suffixes:
+                    files = [f for f in files if _selected(f[0], inc, exc, suffixes)]
+                entries.extend(files)
                 for local, rel, real in dirs:
                     real = os.path.realpath(real)
                     if real not in seen:  # a symlinked folder must not loop

@@ -229,9 +229,9 @@ def main() -> None:
                 record.update(run(PLAN, where, str(n), ROOT) or {"plan_s": None})
                 record.update(run(RESUME, where, str(n), ROOT) or {"resume_s": None})
                 listing = os.path.join(tempfile.gettempdir(), f"air-scale-{code}-{n}.listing")
-                if code == "new":
-                    record.update(run(SAVE, where, str(n), ROOT, listing) or {})
-                    record.update(run(LOADER, where, str(n), ROOT, listing) or {"first_item_s": None})
+                record.update(run(SAVE, where, str(n), ROOT, listing) or {})
+                record.update(run(LOADER, where, str(n), ROOT, listing) or {"first_item_s": None})
+                if os.path.exists(listing):
                     os.unlink(listing)
                 emit(record, results)
     finally:
