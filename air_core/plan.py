@@ -107,12 +107,19 @@ class Epoch:
     """The two orders of all items that every deal of one epoch follows, computed once, as arrays.
 
     A deal over part of the items (the rest of a resumed run) keeps them in
-    these orders: filtering them costs a pass, sorting again a sort.
+    these orders: filtering them costs a pass, sorting again a sort. The
+    largest-first order does not depend on the epoch: a listing can carry it
+    (`by_size`), computed once for every process that plans from it. One
+    rank's share is put in read order by sorting its own items (`in_order`),
+    not by sorting all of them.
     """
 
-    def __init__(self, sizes: Sequence[int], *, epoch: int, seed: int, shuffle: bool) -> None:
+    def __init__(self, sizes: Sequence[int], *, epoch: int, seed: int, shuffle: bool,
+                 by_size: np.ndarray | None = None) -> None:
         self.sizes = np.asarray(sizes, dtype=np.int64)
         self._shuffle = epoch, seed, shuffle
+        if by_size is not None:
+            self.by_size = by_size
 
     @cached_property
     def order(self) -> np.ndarray:
@@ -122,7 +129,17 @@ class Epoch:
     @cached_property
     def by_size(self) -> np.ndarray:
         """The items largest first, ties by item: the order of the bytes deal."""
-        return _stable_argsort(self.sizes.max(initial=0) - self.sizes)
+        return largest_first(self.sizes)
+
+    def in_order(self, items: np.ndarray) -> np.ndarray:
+        """`items` (in item order) in the epoch's read order: as `order` holds them, without sorting it all."""
+        epoch, seed, shuffle = self._shuffle
+        if not shuffle:
+            return items
+        keys = _epoch_keys(len(self.sizes), epoch, seed)[items]
+        keys.sort()
+        keys &= np.uint64((1 << _item_bits(len(self.sizes))) - 1)
+        return keys.view(np.int64)
 
 
 class Deal:
@@ -139,31 +156,43 @@ class Deal:
             raise OptionError(f"balance={balance!r}: choose one of {BALANCES}")
         if equalize not in EQUALIZES:
             raise OptionError(f"equalize={equalize!r}: choose one of {EQUALIZES}")
-        self.order = _without(epoch.order, excluded)
+        self.epoch, self.excluded = epoch, excluded
         if balance == "stride":
             # The reference's global id is worker * world + rank, so rank r holds order[r::world].
             self.rank_at = _cycle(np.arange(world_size, dtype=np.int32), len(self.order))
+            self.counts = np.bincount(self.rank_at, minlength=world_size)
+            items = len(self.order)
         else:
+            # A rank's items, in item order; each share is put in read order by itself.
             by_size = _without(epoch.by_size, excluded)
-            rank_of = np.empty(len(epoch.sizes), np.int32)
-            rank_of[by_size] = _snake_lanes(world_size, len(by_size))
-            self.rank_at = rank_of[self.order]
-        self.world_size, self.equalize = world_size, equalize
-        self.counts = np.bincount(self.rank_at, minlength=world_size)
+            self.rank_of = np.full(len(epoch.sizes), -1, np.int32)
+            self.rank_of[by_size] = _snake_lanes(world_size, len(by_size))
+            self.counts = np.bincount(self.rank_of[by_size], minlength=world_size)
+            items = len(by_size)
+        self.world_size, self.equalize, self.balance = world_size, equalize, balance
         # A resume's remainder may be smaller than the grid: then, like any remainder, it is dropped.
-        if equalize == "drop" and len(self.order) and excluded is None and not self.counts.min():
+        if equalize == "drop" and items and excluded is None and not self.counts.min():
             raise OptionError(
-                f"equalize='drop' with {len(self.order)} items over {world_size} ranks leaves every rank "
+                f"equalize='drop' with {items} items over {world_size} ranks leaves every rank "
                 "empty: use equalize='pad', or fewer ranks"
             )
 
+    @cached_property
+    def order(self) -> np.ndarray:
+        """Every item dealt, in the epoch's read order."""
+        return _without(self.epoch.order, self.excluded)
+
     def share(self, rank: int) -> np.ndarray:
         """One rank's items, in the order it reads them."""
-        return self._equalized(self.order[self.rank_at == rank])
+        if self.balance == "stride":
+            return self._equalized(self.order[self.rank_at == rank])
+        return self._equalized(self.epoch.in_order(np.flatnonzero(self.rank_of == rank)))
 
     def shares(self) -> list[np.ndarray]:
         """Every rank's items, in the order each reads them."""
-        return [self._equalized(s) for s in _grouped(self.order, self.rank_at, self.world_size)]
+        if self.balance == "stride":
+            return [self._equalized(s) for s in _grouped(self.order, self.rank_at, self.world_size)]
+        return [self.share(rank) for rank in range(self.world_size)]
 
     def _equalized(self, share: np.ndarray) -> np.ndarray:
         low, high = int(self.counts.min()), int(self.counts.max())
@@ -227,6 +256,11 @@ def _grouped(values: np.ndarray, group: np.ndarray, groups: int) -> list[np.ndar
     return np.split(values[np.argsort(group.astype(np.min_scalar_type(groups)), kind="stable")], ends[:-1])
 
 
+def largest_first(sizes: np.ndarray) -> np.ndarray:
+    """The items largest first, ties by item (the order of the bytes deal; it does not change with the epoch)."""
+    return _stable_argsort(sizes.max(initial=0) - sizes)
+
+
 def _epoch_order(n: int, epoch: int, seed: int, shuffle: bool) -> np.ndarray:
     """range(n) in the epoch's read order.
 
@@ -238,15 +272,25 @@ def _epoch_order(n: int, epoch: int, seed: int, shuffle: bool) -> np.ndarray:
     """
     if not shuffle:
         return np.arange(n)
+    keys = _epoch_keys(n, epoch, seed)
+    keys.sort()
+    keys &= np.uint64((1 << _item_bits(n)) - 1)
+    return keys.view(np.int64)
+
+
+def _epoch_keys(n: int, epoch: int, seed: int) -> np.ndarray:
+    """Each item's sort key of the epoch's shuffle: random high bits, the item in the low ones (distinct keys)."""
     digest = hashlib.sha256(f"air:{seed}:{epoch}".encode()).digest()
     keys = np.random.PCG64(int.from_bytes(digest, "little")).random_raw(n)
-    bits = (n - 1).bit_length()
+    bits = _item_bits(n)
     keys >>= bits
     keys <<= bits
     keys |= np.arange(n, dtype=np.uint64)
-    keys.sort()
-    keys &= np.uint64((1 << bits) - 1)
-    return keys.view(np.int64)
+    return keys
+
+
+def _item_bits(n: int) -> int:
+    return (n - 1).bit_length()
 
 
 def _without(items: np.ndarray, excluded: np.ndarray | None) -> np.ndarray:

@@ -114,9 +114,13 @@ def plan(
     shuffle: bool = False,
     balance: Balance = "bytes",
     equalize: Equalize = "none",
+    by_size: np.ndarray | None = None,
 ) -> list[int]:
-    """The items one stream reads in `epoch` after resuming the run `state` (None: from the epoch's start), in order."""
-    planner = _Planner(Epoch(sizes, epoch=epoch, seed=seed, shuffle=shuffle), balance, equalize)
+    """The items one stream reads in `epoch` after resuming the run `state` (None: from the epoch's start), in order.
+
+    `by_size`: `plan.largest_first(sizes)`, when the listing carries it.
+    """
+    planner = _Planner(Epoch(sizes, epoch=epoch, seed=seed, shuffle=shuffle, by_size=by_size), balance, equalize)
     return planner.stream(state, grid).tolist()
 
 
@@ -147,21 +151,32 @@ class _Planner:
     def __init__(self, epoch: Epoch, balance: Balance, equalize: Equalize) -> None:
         self.epoch, self.sizes, self.balance, self.equalize = epoch, epoch.sizes, balance, equalize
         self._shares: dict[tuple[int, int], list[np.ndarray]] = {}
+        self._first: dict[tuple[None, int, int], np.ndarray] = {}
         self._parts: dict[tuple[int, int, int, int], np.ndarray] = {}
         self._delivered: dict[int, np.ndarray] = {}
 
     def stream(self, state: dict | None, grid: Grid, consumed: int | None = None) -> np.ndarray:
         """The items of one stream's plan after resuming `state` (the first `consumed` of them)."""
-        share = self.shares(state, grid.world_size)[grid.rank]
+        share = self.share(state, grid.world_size, grid.rank)
         return share[self.positions(state, grid)[:consumed]]
 
     def positions(self, state: dict | None, grid: Grid) -> np.ndarray:
         """Where one stream's items sit in its rank's share after resuming `state`."""
         key = (id(state), grid.world_size, grid.rank, grid.num_workers)
         if key not in self._parts:  # the rank's deal over its workers, computed once for all of them
-            share = self.shares(state, grid.world_size)[grid.rank]
+            share = self.share(state, grid.world_size, grid.rank)
             self._parts[key] = worker_parts(share, self.sizes, grid.num_workers, self.balance)
         return np.flatnonzero(self._parts[key] == grid.worker)
+
+    def share(self, state: dict | None, world_size: int, rank: int) -> np.ndarray:
+        """One rank's items after resuming `state`; at an epoch's start, without dealing the others' in order."""
+        if state is None and (id(None), world_size) not in self._shares:
+            key = (None, world_size, rank)
+            if key not in self._first:
+                self._first[key] = Deal(self.epoch, world_size, balance=self.balance, equalize=self.equalize,
+                                        excluded=None).share(rank)
+            return self._first[key]
+        return self.shares(state, world_size)[rank]
 
     def shares(self, state: dict | None, world_size: int) -> list[np.ndarray]:
         """Every rank's items after resuming `state` on `world_size` ranks."""

@@ -289,7 +289,8 @@ class FileStream:
     def __iter__(self) -> Iterator[CachedFile]:
         grid = self.grid()
         resumed_from, done = self._take_pending(grid)
-        items = resume.plan(self.manifest.sizes, grid, resumed_from, epoch=self._epoch, **self._plan_opts)
+        m = self.manifest
+        items = resume.plan(m.sizes, grid, resumed_from, epoch=self._epoch, by_size=m.largest_first, **self._plan_opts)
         self._grid, self._consumed, self._resumed_from = grid, done, resumed_from
         self.skipped = []
         fetch = dict(self._fetch)

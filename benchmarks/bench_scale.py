@@ -213,16 +213,18 @@ def main() -> None:
     p.add_argument("--tree", type=int, default=1_000_000, help="files in the real tree that is listed")
     p.add_argument("--old", default="429cf07", help="the revision to compare with")
     p.add_argument("--old-max", type=int, default=1_000_000, help="largest size the old code is run at")
+    p.add_argument("--codes", default="new,old", help="which code to run: new, old or both")
     args = p.parse_args()
     old = checkout(args.old)
     results: list[dict] = []
     try:
         tree = make_tree(args.tree)
-        for code, where in (("new", REPO), ("old", old)):
+        codes = [(c, w) for c, w in (("new", REPO), ("old", old)) if c in args.codes.split(",")]
+        for code, where in codes:
             emit({"bench": "scale", "what": "list", "code": code, "files": args.tree,
                   **(run(LIST, where, tree, slow=True) or {})}, results)
         for n in map(int, args.sizes.split(",")):
-            for code, where in (("new", REPO), ("old", old)):
+            for code, where in codes:
                 if code == "old" and n > args.old_max:
                     continue
                 record = {"bench": "scale", "code": code, "files": n}
