@@ -94,9 +94,13 @@ def plan(
     balance: Balance = "bytes",
     equalize: Equalize = "none",
     exclude: Collection[int] = (),
+    by_size: np.ndarray | None = None,
 ) -> list[int]:
-    """The items one stream (rank, worker) reads in `epoch`, in order."""
-    listing = Epoch(sizes, epoch=epoch, seed=seed, shuffle=shuffle)
+    """The items one stream (rank, worker) reads in `epoch`, in order.
+
+    `by_size`: `largest_first(sizes)`, when the listing carries it.
+    """
+    listing = Epoch(sizes, epoch=epoch, seed=seed, shuffle=shuffle, by_size=by_size)
     deal = Deal(listing, grid.world_size, balance=balance, equalize=equalize,
                 excluded=_mask(len(listing.sizes), exclude))
     share = deal.share(grid.rank)

@@ -270,7 +270,9 @@ class FileStream:
 
     def items(self, grid: Grid | None = None) -> list[int]:
         """Manifest indices this stream reads this epoch, in order (no resume applied)."""
-        return plan_mod.plan(self.manifest.sizes, grid or self.grid(), epoch=self._epoch, **self._plan_opts)
+        m = self.manifest
+        return plan_mod.plan(m.sizes, grid or self.grid(), epoch=self._epoch, by_size=m.largest_first,
+                             **self._plan_opts)
 
     def __len__(self) -> int:
         """Files this rank reads per epoch, all its DataLoader workers together."""

@@ -22,7 +22,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 from common import REPO, SLOWVOL, VOLUME, emit, slowvol_so
@@ -99,11 +98,11 @@ print(json.dumps({"resume_s": time.perf_counter() - t, "items": len(items)}))
 LOADER = SYNTHETIC + r'''
 import os, sys, time, json
 import torch.utils.data
-from air_core import FileStream, Manifest, volume
+from air_core import FileStream, Manifest
 
-def pss_mb(pid):
+def pss_mb(pid, field="Pss"):
     with open(f"/proc/{pid}/smaps_rollup") as f:
-        return next(int(l.split()[1]) for l in f if l.startswith("Pss:")) / 1024
+        return next(int(l.split()[1]) for l in f if l.startswith(field + ":")) / 1024
 
 class Paths(torch.utils.data.IterableDataset):
     def __init__(self, stream):
@@ -125,6 +124,7 @@ def first_item(dataset):
     took = time.perf_counter() - t
     time.sleep(1)  # let every worker reach its first item
     workers = [pss_mb(w.pid) for w in it._workers]
+    first_item.anon = [pss_mb(w.pid, "Pss_Anon") for w in it._workers]
     return took, workers, it
 
 n, root, listing = int(sys.argv[1]), sys.argv[2], sys.argv[3]
@@ -133,8 +133,23 @@ idle_worker = max(idle)
 del keep
 base = pss_mb(os.getpid())
 m = Manifest.load(listing)  # as every rank but the lister finds it
+stream = FileStream(root, manifest=m, rank=0, world_size=8, shuffle=True, equalize="pad")
+took, workers, it = first_item(Paths(stream))
+print(json.dumps({"first_item_s": took, "parent_pss_mb": pss_mb(os.getpid()), "parent_before_mb": base,
+                  "worker_pss_mb": workers, "idle_worker_pss_mb": idle_worker,
+                  "worker_over_idle_mb": max(workers) - idle_worker, "worker_anon_mb": first_item.anon}))
+'''
+
+SAVE = SYNTHETIC + r'''
+import os, sys, json, time
+from air_core import FileStream, volume
+n, root, file = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+m = synthetic(n, root)
+t = time.perf_counter()
+m.save(file)
+took = time.perf_counter() - t
 local = volume.parse(root).local
-for w in range(6):  # make the first file of each worker's share real
+for w in range(6):  # make the first file of each of rank 0's workers real, for the loader's first items
     s = FileStream(root, manifest=m, rank=0, world_size=8, worker=w, num_workers=6, shuffle=True, equalize="pad")
     i = s.items()[0]
     p = f"{local}/{m.paths[i]}"
@@ -142,20 +157,7 @@ for w in range(6):  # make the first file of each worker's share real
     with open(p, "wb") as f:
         f.truncate(int(m.sizes[i]))
     os.utime(p, ns=(int(m.mtimes[i]), int(m.mtimes[i])))
-stream = FileStream(root, manifest=m, rank=0, world_size=8, shuffle=True, equalize="pad")
-took, workers, it = first_item(Paths(stream))
-print(json.dumps({"first_item_s": took, "parent_pss_mb": pss_mb(os.getpid()), "parent_before_mb": base,
-                  "worker_pss_mb": workers, "idle_worker_pss_mb": idle_worker,
-                  "worker_over_idle_mb": max(workers) - idle_worker}))
-'''
-
-SAVE = SYNTHETIC + r'''
-import sys, json, time
-n, root, file = int(sys.argv[1]), sys.argv[2], sys.argv[3]
-m = synthetic(n, root)
-t = time.perf_counter()
-m.save(file)
-print(json.dumps({"save_s": time.perf_counter() - t}))
+print(json.dumps({"save_s": took}))
 '''
 
 LIST = r'''
