@@ -137,6 +137,25 @@ def headline(data: dict) -> tuple[list[tuple], dict[str, tuple[float, float | No
             ("#7 stalls", "extra reads without stalls, % of files (most of any round)",
              s["extra_reads_pct_no_stalls_max"], "", None, "≤ 1 %", s["extra_reads_pct_no_stalls_max"] <= 1),
         ]
+    if "scale" in data:
+        rec = data["scale"][1]
+        new, old = find(rec, code="new", files=10**7), find(rec, code="old", files=10**6)
+        if new:
+            n = new[0]
+            rows += [
+                ("#11 scale", "plan of one stream of 8x6, one epoch, 10^7 files, s", n["plan_s"], "", None, "≤ 2 s",
+                 n["plan_s"] <= 2),
+                ("#11 scale", "resume after a 3-level chain, 10^7 files, s", n["resume_s"], "", None, "≤ 5 s",
+                 n["resume_s"] <= 5),
+                ("#11 scale", "first item after the DataLoader starts (6 workers), 10^7 files, s", n["first_item_s"],
+                 "", None, "≤ 5 s", n["first_item_s"] <= 5),
+                ("#11 scale", "PSS per worker above an idle worker, 10^7 files, MB", n["worker_over_idle_mb"], "",
+                 None, "≤ 100 MB", n["worker_over_idle_mb"] <= 100),
+            ]
+        if old and find(rec, code="new", files=10**6):
+            n6, o6 = find(rec, code="new", files=10**6)[0], old[0]
+            rows.append(("#11 scale", "plan of one stream, 10^6 files, s", n6["plan_s"], f"before {fmt(o6['plan_s'])}",
+                         o6["plan_s"] / n6["plan_s"], "", None))
     return rows, bars
 
 
@@ -214,6 +233,81 @@ STALLS_NOTES = [
 ]
 
 
+SCALE_NOTES = [
+    "## Scale: 10^5 to 10^7 files",
+    "",
+    "- `bench_scale.py` runs each figure in a fresh process, for this tree's code and for the revision",
+    "  before this work (`--old`, 429cf07) where that finishes: listings for planning and memory are",
+    "  synthetic; listing itself is timed on a real tree of 10^6 one-byte files (1,000 folders) under",
+    "  slowvol with 20 ms per folder listing. Plans are for one stream of 8 ranks x 6 workers, shuffled,",
+    "  `equalize=\"pad\"`; resume plans a stream of a run resumed twice (8x6, then 4x3, then 2x2).",
+    "  Memory is PSS (`/proc/PID/smaps_rollup`) of a DataLoader's parent and its 6 workers after the",
+    "  first item, against the workers of a DataLoader over a dataset that holds nothing.",
+    "- What a worker holds at 10^7: its share of the mapped listing (sizes and the largest-first order,",
+    "  160 MB, shared by every process that maps the file: 7 here, 56 on a node of 8 ranks x 6",
+    "  workers) and its own plan (its items as Python ints, ~10 MB, and numpy buffers the allocator keeps).",
+    "",
+    "**What 10^8 files would cost, step by step** (paper estimates from the 10^7 figures, linear unless said):",
+    "",
+    "- Listing: one process lists (rank 0), ~10 min at 10^6 files per minute of a FUSE volume's listing;",
+    "  its Python tuples peak at ~15 GB on that process before they become arrays. What would change:",
+    "  list folder by folder into arrays (no tuple per file), or shard the listing by top folder, each",
+    "  rank listing its folders and the pieces concatenated in folder order.",
+    "- The listing file: ~7 GB (paths ~50 B each, sizes, mtimes, largest-first order), mapped, so a node",
+    "  holds it once; sending it to other nodes through a process group's broadcast is the slow part",
+    "  (a node that cannot see rank 0's cache lists for itself instead, or reads it from a volume copy).",
+    "- Planning: a stream's plan touches every size and the largest-first order (1.6 GB of pages, shared)",
+    "  and makes a per-item rank array of 400 MB, so ~5 s and ~1 GB transient per worker per epoch, 48 at",
+    "  once on a node. What would change: plan once per node and epoch, write each stream's items to a",
+    "  file, and let workers map their own (the deal is a function of sizes alone, so it could even be",
+    "  saved with the listing); or deal whole folders (units of 10^3-10^4 files) instead of files.",
+    "- Resume: a delivered-items mask is 100 MB per level; chains stay linear in their depth.",
+    "- Cache: `prune` and `info` survey 10^8 entries into 1.6 GB of arrays: shard them by the 256 entry",
+    "  folders (one folder at a time) at that size.",
+]
+
+
+SCALE_COLUMNS = [("plan_s", "plan, s"), ("resume_s", "resume, s"), ("first_item_s", "first item, s"),
+                 ("worker_over_idle_mb", "worker PSS above idle, MB"), ("parent_pss_mb", "parent PSS, MB")]
+
+
+def scale_table(records: list[dict]) -> list[str]:
+    """One row per (code, files): the figures of bench_scale, and the listing of the real tree."""
+    lines = ["| code | files | " + " | ".join(name for _, name in SCALE_COLUMNS) + " |",
+             "| --- | ---: |" + " ---: |" * len(SCALE_COLUMNS)]
+    for r in records:
+        if "plan_s" in r:
+            cells = [fmt(r[k]) if isinstance(r.get(k), (int, float)) else "-" for k, _ in SCALE_COLUMNS]
+            lines.append(f"| {r['code']} | {r['files']:,} | " + " | ".join(cells) + " |")
+    listed = [r for r in records if r.get("what") == "list"]
+    if listed:
+        lines += ["", "Listing a real tree of " + f"{listed[0]['files']:,} files (1,000 folders, 20 ms per folder): "
+                  + ", ".join(f"{r['code']} {r['list_s']:.1f} s" for r in listed) + "."]
+    return lines
+
+
+def scale_plot(records: list[dict], out: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 3, figsize=(13, 4))
+    for ax, (key, title) in zip(axes, [("plan_s", "plan of one stream, s"), ("resume_s", "resume plan, s"),
+                                       ("worker_over_idle_mb", "PSS per worker above idle, MB")]):
+        for code, style in (("new", "o-"), ("old", "s--")):
+            pts = [(r["files"], r[key]) for r in records if r.get("code") == code and r.get(key)]
+            if pts:
+                ax.plot(*zip(*pts), style, label="this code" if code == "new" else "before")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("files in the listing")
+        ax.set_title(title, fontsize=9)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out, dpi=100)
+
+
 def render(results: Path, md: Path, png: Path) -> None:
     data = load(results)
     rows, bars = headline(data)
@@ -246,7 +340,11 @@ def render(results: Path, md: Path, png: Path) -> None:
         r = "" if ratio is None else f"{ratio:,.2f}×"
         m = "" if met is None else ("yes" if met else "**no**")
         lines.append(f"| {issue} | {what} | {o} | {base} | {r} | {target} | {m} |")
-    lines += ["", *TORCH_NOTES, "", *RAY_NOTES, "", *STALLS_NOTES, "", "## Raw records", ""]
+    lines += ["", *TORCH_NOTES, "", *RAY_NOTES, "", *STALLS_NOTES]
+    if "scale" in data:
+        lines += ["", *SCALE_NOTES, "", *scale_table(data["scale"][1]), "", "![scale](scale.png)"]
+        scale_plot(data["scale"][1], png.with_name("scale.png"))
+    lines += ["", "## Raw records", ""]
     for name, (meta, records) in data.items():
         lines += [f"### {name}", "", f"`{meta['command']}` — {meta['wall_s']} s, load average {meta['load_avg']}"
                   " at the end", "", "```json"]

@@ -35,6 +35,7 @@ BENCHES = {
     "ray": ["bench_ray.py", "--slowvol", "{slowvol}", "--workdir", "{tmp}/air-bench"],
     "delta": ["bench_delta.py", "--rounds", "5"],
     "stalls": ["bench_stalls.py", "--rounds", "5"],
+    "scale": ["bench_scale.py"],
 }
 
 
