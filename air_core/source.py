@@ -48,9 +48,9 @@ class Source:
         fingerprint: the listing's fingerprint: two sources with the same one read the same files.
     """
 
-    def __init__(self, path: str, mode: str, manifest: Manifest, selection: dict, cache_dir: str | None) -> None:
+    def __init__(self, path: str, mode: str, manifest: Manifest, listing: dict, cache_dir: str | None) -> None:
         self.path, self.mode, self.fingerprint = path, mode, manifest.fingerprint
-        self._selection, self._cache_dir = selection, cache_dir
+        self._listing, self._cache_dir = listing, cache_dir
         self._listing_file: str | None = None
         _remember(self.fingerprint, manifest=manifest)
 
@@ -66,7 +66,7 @@ class Source:
         if self._listing_file and os.path.exists(self._listing_file):
             manifest = Manifest.load(self._listing_file)
         else:  # another machine: list again, and insist on the same files
-            manifest = list_folder(self.path, **self._selection)
+            manifest = _list(self.path, self._listing)
             if manifest.fingerprint != self.fingerprint:
                 raise ManifestMismatchError(
                     f"{self.path} changed since it was listed (fingerprint {self.fingerprint}, now "
@@ -99,7 +99,7 @@ class Source:
 
 
 def resolve_source(
-    path: str,
+    path: str | None,
     *,
     mode: Mode = "auto",
     include: Globs = None,
@@ -116,7 +116,10 @@ def resolve_source(
     Args:
         path: a volume folder, `/Volumes/c/s/v/...` or `dbfs:/Volumes/...`;
             with `delta_table`, where the table is exported. The destination
-            of an `export_delta` reads as its current export.
+            of an `export_delta` reads as its current export. None with
+            `delta_table`: the table is read in place, from its own files,
+            where that is exact (no deletion vectors, column mapping or
+            partition columns; see `air_core.delta.in_place`).
         mode: "auto" ("parquet" when every file is `.parquet`, "files" when
             none is, an error for a mix), "files" or "parquet".
         include: glob(s) of files to keep, relative to `path` (`*` crosses `/`).
@@ -134,6 +137,16 @@ def resolve_source(
         on the calling process, before any data is read.
     """
     options.choice("mode", mode, MODES)
+    if path is None:
+        if delta_table is None:
+            raise OptionError("give a volume folder to read, or delta_table= to read a Delta table")
+        if mode == "files" or manifest is not None:
+            raise OptionError("delta_table= reads the table's rows: leave mode unset, or give mode='parquet'")
+        if spark is not None:
+            raise OptionError("spark= exports the table: give data_dir=, the volume folder to export it to")
+        listing = {"table": delta_table, "version": delta_version}
+        manifest = dist.list_once(lambda: _list(None, listing), _listings(cache_dir))
+        return _finish(Source(manifest.root, "parquet", manifest, listing, cache_dir))
     path = volume.parse(path).path
     if delta_table is not None:
         if mode == "files":
@@ -151,18 +164,29 @@ def resolve_source(
         from .delta.publication import current_export
 
         path = current_export(path) or path  # an export's destination reads as its current export
-    selection = {"include": include, "exclude": exclude, "extensions": _extensions(file_extensions)}
+    listing = {"include": include, "exclude": exclude, "extensions": _extensions(file_extensions)}
     if manifest is None:
-        manifest = dist.list_once(lambda: list_folder(path, **selection), _listings(cache_dir))
+        manifest = dist.list_once(lambda: _list(path, listing), _listings(cache_dir))
     else:
         if manifest.root != path:
             raise OptionError(f"manifest= lists {manifest.root}, not {path}")
         dist.check_same(manifest)
-    mode = _mode(manifest, mode)
-    source = Source(path, mode, manifest, selection, cache_dir)
-    if mode == "parquet" and not sum(u.num_rows for u in source.units()):
-        raise EmptyVolumeError(f"{path} holds Parquet files but no rows")
+    return _finish(Source(path, _mode(manifest, mode), manifest, listing, cache_dir))
+
+
+def _finish(source: Source) -> Source:
+    if source.mode == "parquet" and not sum(u.num_rows for u in source.units()):
+        raise EmptyVolumeError(f"{source.path} holds Parquet files but no rows")
     return source
+
+
+def _list(path: str | None, listing: dict) -> Manifest:
+    """What `listing` says to list: a folder's files, or the data files of a Delta table read in place."""
+    if "table" in listing:
+        from .delta.in_place import table_files
+
+        return table_files(listing["table"], listing["version"])
+    return list_folder(path, **listing)
 
 
 def check_columns(columns: Any, names: Sequence[str]) -> None:

@@ -38,7 +38,9 @@ class UCVolumeConfig(datasets.BuilderConfig):
 
     Attributes:
         data_dir: the volume folder to read, `/Volumes/<catalog>/<schema>/<volume>/<folder>`
-            (or `dbfs:/Volumes/...`); with `delta_table`, where the table is exported.
+            (or `dbfs:/Volumes/...`); with `delta_table`, where the table is exported. Without
+            it, `delta_table` is read in place, from its own files, where that is exact (no
+            deletion vectors, column mapping or partition columns; otherwise an error says so).
         include: glob(s) of files to keep, relative to `data_dir` (`*` crosses `/`).
         exclude: glob(s) of files to leave out.
         file_extensions: keep only files with these extensions (case-insensitive), as in Ray's readers.
@@ -96,12 +98,14 @@ class UCVolumeConfig(datasets.BuilderConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if not self.data_dir:
+        if not self.data_dir and not self.delta_table:
             raise OptionError(
                 "uc-volume needs data_dir=, the volume folder to read: "
-                "load_dataset('uc-volume', data_dir='/Volumes/<catalog>/<schema>/<volume>/<folder>')"
+                "load_dataset('uc-volume', data_dir='/Volumes/<catalog>/<schema>/<volume>/<folder>'), "
+                "or delta_table= to read a Delta table"
             )
-        volume.parse(self.data_dir)
+        if self.data_dir:
+            volume.parse(self.data_dir)
         for name, value, choices in (("mode", self.mode, MODES), ("decode", self.decode, rows.DECODES),
                                      ("equalize", self.equalize, EQUALIZES), ("on_error", self.on_error, ON_ERRORS)):
             check.choice(name, value, choices)

@@ -86,7 +86,9 @@ class UCVolumeDatasource(Datasource):
         delta_table, delta_version, spark: export this Delta table (at this
             version; through this Spark session when given) to `path` as
             Parquet first, then read that export; an export of the same
-            version is reused.
+            version is reused. Without `path`, the table is read in place,
+            from its own files, where that is exact (no deletion vectors,
+            column mapping or partition columns; otherwise an error says so).
 
     Raises:
         VolumePathError, EmptyVolumeError, OptionError, ParquetError: on the
@@ -95,7 +97,7 @@ class UCVolumeDatasource(Datasource):
 
     def __init__(
         self,
-        path: str,
+        path: str | None = None,
         *,
         mode: Mode = "auto",
         include: str | Sequence[str] | None = None,
@@ -273,7 +275,7 @@ class UCVolumeDatasource(Datasource):
 
 
 def read_uc_volume(
-    path: str,
+    path: str | None = None,
     *,
     override_num_blocks: int | None = None,
     concurrency: int | None = None,

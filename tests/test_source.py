@@ -164,3 +164,34 @@ def test_an_export_destination_reads_as_its_current_export_through_every_front_d
     assert sorted(r["id"] for r in open_hf(dest, cache_dir=str(tmp_path / "hf2"))) == list(range(15))
     assert open_ray(dest)._source.path == second.path
     assert {f.path.rsplit("/", 2)[-2] for f in open_stream(dest)} == {second.path.rsplit("/", 1)[1]}
+
+
+def test_a_plain_delta_table_without_data_dir_is_read_in_place_by_every_front_door(volume, tmp_path):
+    from deltalake import write_deltalake
+
+    table = volume.local("tables/plain")
+    write_deltalake(str(table), pa.table({"id": list(range(6))}))
+    write_deltalake(str(table), pa.table({"id": list(range(6, 9))}), mode="append")
+    write_deltalake(str(table), pa.table({"id": list(range(100, 102))}), mode="overwrite")  # files 1-2 removed
+    path = volume.path("tables/plain")
+    hf = load_dataset("uc-volume", delta_table=path, split="train", streaming=True, cache_dir=str(tmp_path / "hf"))
+    assert sorted(r["id"] for r in hf) == [100, 101]  # the table's rows, not every file in its folder
+    old = load_dataset("uc-volume", delta_table=path, delta_version=1, split="train", streaming=True,
+                       cache_dir=str(tmp_path / "hf1"))
+    assert sorted(r["id"] for r in old) == list(range(9))
+    source = open_ray(None, delta_table=path)
+    assert source._source.mode == "parquet" and len(source._source.manifest) == 1
+    assert not os.path.exists(volume.local("exports"))  # nothing was written
+
+
+def test_a_delta_table_whose_files_are_not_its_rows_needs_data_dir(volume, tmp_path):
+    from deltalake import write_deltalake
+
+    write_deltalake(str(volume.local("tables/parts")), pa.table({"id": [1, 2], "split": ["a", "b"]}),
+                    partition_by=["split"])
+    with pytest.raises(OptionError, match=r"uses partition columns \['split'\].*give data_dir="):
+        resolve_source(None, delta_table=volume.path("tables/parts"))
+    with pytest.raises(OptionError, match="in place, from a volume"):
+        resolve_source(None, delta_table=str(tmp_path / "elsewhere"))
+    with pytest.raises(OptionError, match="give a volume folder to read, or delta_table="):
+        resolve_source(None)
