@@ -21,7 +21,7 @@ from ray.data import DataContext, FileShuffleConfig  # noqa: E402
 from air_core.errors import EmptyVolumeError, OptionError, VolumePathError  # noqa: E402
 from air_core.tabular import ParquetError  # noqa: E402
 import air_core.source  # noqa: E402
-from air_ray import UCVolumeDatasource, read_uc_volume, task_plan  # noqa: E402
+from air_ray import UCVolumeDatasource, placement, read_uc_volume, task_plan  # noqa: E402
 from conftest import ROOT, torchrun  # noqa: E402
 
 SCRIPTS = Path(__file__).parent / "scripts"
@@ -356,3 +356,74 @@ def test_notebook_runs(ray_cluster, tmp_path, monkeypatch):
     assert "execution 2" in text and "files in the node cache: 120" in text
     assert "files per rank: [40, 40, 40] overlap: 0" in text
     assert any("image/png" in o.get("data", {}) for c in nb.cells if c.cell_type == "code" for o in c.outputs)
+
+
+# -- placement on a cluster: pure, no cluster needed --------------------------------------------
+
+
+def _loads(weights, owner, nodes):
+    return {n: sum(w for w, o in zip(weights, owner) if o == n) for n in nodes}
+
+
+@pytest.mark.parametrize("buckets, nodes", [(9, 2), (100, 3), (1024, 8), (3, 5)])
+def test_placement_is_stable_and_each_node_holds_its_share_within_one_bucket(buckets, nodes):
+    weights = [1000 + (k * 7919) % 50_000 for k in range(buckets)]
+    cpus = {f"node{n}": 1.0 for n in range(nodes)}
+    owner = placement.place(weights, cpus)
+    assert owner == placement.place(weights, dict(reversed(cpus.items())))  # no order, no state
+    for load in _loads(weights, owner, cpus).values():
+        assert load <= sum(weights) / nodes + max(weights)
+
+
+def test_placement_follows_cpus_and_skips_nodes_without_any():
+    weights = [10] * 300
+    owner = placement.place(weights, {"big": 3.0, "small": 1.0, "head": 0.0})
+    loads = _loads(weights, owner, ["big", "small", "head"])
+    assert loads["head"] == 0 and abs(loads["big"] - 2250) <= 10 and abs(loads["small"] - 750) <= 10
+    with pytest.raises(ValueError, match="no node with CPUs"):
+        placement.place(weights, {"head": 0.0})
+
+
+def test_a_node_leaving_or_joining_moves_little_more_than_its_own_buckets():
+    weights = [1000 + (k * 7919) % 50_000 for k in range(400)]
+    nodes = {f"node{n}": 1.0 for n in range(4)}
+    before = placement.place(weights, nodes)
+    gone = placement.place(weights, {n: c for n, c in nodes.items() if n != "node3"})
+    lost = before.count("node3")
+    moved = sum(a != b for a, b in zip(before, gone))
+    assert lost <= moved <= lost * 1.25  # plain hashing moves exactly `lost`; bounded loads a few more
+    joined = placement.place(weights, {**nodes, "node4": 1.0})
+    taken = joined.count("node4")
+    assert taken <= sum(a != b for a, b in zip(before, joined)) <= taken * 1.25
+
+
+def test_buckets_depend_on_the_listing_alone():
+    sizes = [(i * 7919) % 5000 + 1 for i in range(1000)]
+    assert placement.bucket_count(1000, 64) == 15 and placement.bucket_count(0) == 0
+    assert placement.bucket_count(10**7, 64) == placement.MAX_BUCKETS
+    bucket = placement.buckets(sizes, 15)
+    totals = [sum(s for s, b in zip(sizes, bucket) if b == k) for k in range(15)]
+    assert max(totals) - min(totals) <= max(sizes)
+    assert placement.buckets(sizes, 1).tolist() == [0] * 1000
+
+
+def test_by_node_parts_are_disjoint_complete_and_the_same_every_execution(volume):
+    volume.files("d", 700, size=lambda i: 50 + (i * 7919) % 5000)
+    source = UCVolumeDatasource(volume.path("d"), shuffle=FileShuffleConfig(seed=4), include_paths=True)
+    parts = source.by_node({"a": 1.0, "b": 1.0, "head": 0.0})
+    assert set(parts) == {"a", "b"}
+
+    def files(part, execution):
+        context = DataContext.get_current()
+        saved, context._execution_idx = context._execution_idx, execution
+        try:
+            return {p for t in part.get_read_tasks(3, data_context=context) for p in t.metadata.input_files}
+        finally:
+            context._execution_idx = saved
+
+    a, b = files(parts["a"], 0), files(parts["b"], 0)
+    assert not a & b and len(a | b) == 700
+    assert files(parts["a"], 1) == a and files(parts["b"], 2) == b  # reshuffled, never moved
+    assert abs(parts["a"].estimate_inmemory_data_size() - parts["b"].estimate_inmemory_data_size()) \
+        < source.estimate_inmemory_data_size() / 4
+    assert len(cloudpickle.dumps(parts["a"])) < len(cloudpickle.dumps(parts["a"]._bucket)) + 20_000
