@@ -18,6 +18,7 @@ import copy
 import inspect
 import os
 import random
+import warnings
 from typing import Any, Literal, Mapping, Sequence
 
 import numpy as np
@@ -27,6 +28,7 @@ from ray.data import Dataset, FileShuffleConfig
 from ray.data.block import BlockMetadata
 from ray.data.context import DataContext
 from ray.data.datasource import Datasource, ReadTask
+from ray.util.annotations import RayDeprecationWarning
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from air_core import (
@@ -389,14 +391,18 @@ def read_uc_volume(
     parts = source.by_node(nodes) if len(nodes) > 1 else {}
     if len(parts) > 1:
         share = {n: nodes[n] / sum(nodes[m] for m in parts) for n in parts}
-        reads = [
-            ray.data.read_datasource(
-                part, override_num_blocks=max(1, round(blocks * share[node])),
-                concurrency=concurrency and max(1, round(concurrency * share[node])),
-                ray_remote_args={"scheduling_strategy": NodeAffinitySchedulingStrategy(node, soft=True)}, **args,
-            )
-            for node, part in parts.items()
-        ]
+        with warnings.catch_warnings():
+            # Ray 2.60 deprecates `ray_remote_args` but has no named parameter for a scheduling strategy.
+            warnings.simplefilter("ignore", RayDeprecationWarning)
+            reads = [
+                ray.data.read_datasource(
+                    part, override_num_blocks=max(1, round(blocks * share[node])),
+                    concurrency=concurrency and max(1, round(concurrency * share[node])),
+                    ray_remote_args={"scheduling_strategy": NodeAffinitySchedulingStrategy(node, soft=True)},
+                    **args,
+                )
+                for node, part in parts.items()
+            ]
         ds = reads[0].union(*reads[1:])
     else:
         ds = ray.data.read_datasource(source, override_num_blocks=blocks, concurrency=concurrency, **args)
