@@ -57,13 +57,13 @@ def ordered():
 @pytest.mark.slow
 def test_file_rows_come_with_bytes_and_a_second_execution_needs_no_volume(volume, ray_cluster):
     paths = volume.files("d", 30)
-    ds = read_uc_volume(volume.path("d"), include_bytes=True)
+    cache = str(volume.root.parent / "given-cache")  # the session's workers keep their own AIR_CACHE_DIR
+    ds = read_uc_volume(volume.path("d"), include_bytes=True, cache_dir=cache)
     assert ds.count() == 30  # from the read tasks' metadata, before any read
     assert ds.schema().names == ["path", "local_path", "size", "bytes"]
     assert ds.schema().base_schema.field("bytes").type == pa.binary()
     rows = ds.take_all()
     assert sorted(r["path"] for r in rows) == paths
-    cache = os.environ["AIR_CACHE_DIR"]
     for r in rows:
         data = volume.local(r["path"][len(volume.vol) + 1:]).read_bytes()
         assert r["bytes"] == data and r["size"] == len(data)
@@ -344,12 +344,13 @@ def test_demo_section_reads_twice_and_shows_the_split(volume, ray_cluster, capsy
 
 
 @pytest.mark.slow
-def test_notebook_runs(ray_cluster, tmp_path, monkeypatch):
+def test_notebook_runs(tmp_path, monkeypatch):
     nbformat = pytest.importorskip("nbformat")
     from nbclient import NotebookClient
 
-    # The kernel joins this session's cluster instead of starting its own.
-    monkeypatch.setenv("RAY_ADDRESS", ray_cluster.get_runtime_context().gcs_address)
+    # The kernel starts a Ray of its own, as a user's would: the session's workers do not see the
+    # AIR_CACHE_DIR that the notebook sets, and each node resolves its own cache folder.
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
     nb = nbformat.read(ROOT / "notebooks" / "ray_data.ipynb", as_version=4)
     NotebookClient(nb, timeout=180, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
     text = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []))
