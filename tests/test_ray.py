@@ -21,6 +21,7 @@ from ray.data import DataContext, FileShuffleConfig  # noqa: E402
 from air_core.errors import EmptyVolumeError, OptionError, VolumePathError  # noqa: E402
 from air_core.tabular import ParquetError  # noqa: E402
 import air_core.source  # noqa: E402
+import air_ray  # noqa: E402
 from air_ray import UCVolumeDatasource, placement, read_uc_volume, task_plan  # noqa: E402
 from conftest import ROOT, torchrun  # noqa: E402
 
@@ -428,3 +429,31 @@ def test_by_node_parts_are_disjoint_complete_and_the_same_every_execution(volume
     assert abs(parts["a"].estimate_inmemory_data_size() - parts["b"].estimate_inmemory_data_size()) \
         < source.estimate_inmemory_data_size() / 4
     assert len(cloudpickle.dumps(parts["a"])) < len(cloudpickle.dumps(parts["a"]._bucket)) + 20_000
+
+
+def test_parquet_by_node_parts_cover_every_row_once(volume):
+    expected = write_table(volume, "t", files_per_split=3, rows=40, row_group=10)  # 24 row groups
+    parts = UCVolumeDatasource(volume.path("t")).by_node({"a": 1.0, "b": 1.0})
+    ids = {n: [i for t in p.get_read_tasks(4) for block in t() for i in block.column("id").to_pylist()]
+           for n, p in parts.items()}
+    assert sorted(ids["a"] + ids["b"]) == sorted(r["id"] for r in expected)
+    assert abs(len(ids["a"]) - len(ids["b"])) <= 2 * 10  # within one bucket (a row group) of half each
+
+
+def test_local_path_of_a_row_is_valid_on_any_node(volume, tmp_path):
+    from air_core import FetchError
+
+    volume.files("d", 3)
+    row = next(r for t in UCVolumeDatasource(volume.path("d")).get_read_tasks(1) for b in t() for r in b.to_pylist())
+    assert air_ray.local_path(row) == row["local_path"]  # the node that read it: as it is
+    # On another node the row's copy is not there: that node gets its own copy, of the same bytes.
+    moved = {**row, "local_path": str(tmp_path / "other-node" / Path(row["local_path"]).name)}
+    elsewhere = str(tmp_path / "this-node-cache")
+    copy = air_ray.local_path(moved, cache_dir=elsewhere)
+    assert copy.startswith(elsewhere) and Path(copy).read_bytes() == Path(row["local_path"]).read_bytes()
+    assert air_ray.local_path(moved, cache_dir=elsewhere) == copy
+    volume.local(row["path"][len(volume.vol) + 1:]).write_bytes(b"new contents")
+    with pytest.raises(FetchError, match="changed on the volume"):
+        air_ray.local_path({**moved, "local_path": "/nowhere/" + Path(copy).name}, cache_dir=str(tmp_path / "c3"))
+    with pytest.raises(OptionError, match="include_paths"):
+        air_ray.local_path({"local_path": "/nowhere/x", "size": 1})
