@@ -147,3 +147,22 @@ def test_hf_uc_volume_two_nodes_of_one_rank_fetch_each_file_once(volume, slowvol
     opens = trace_opens(trace)
     assert Counter(opens[start:after_first]) == Counter(str(volume.local(p[len(volume.vol) + 1:])) for p in paths)
     assert after_second == after_first
+
+
+# -- Ray on Spark --------------------------------------------------------------------------------------
+
+
+def test_ray_on_spark_reads_through_the_node_caches(volume, tmp_path):
+    pytest.importorskip("pyspark")
+    if shutil.which("java") is None:
+        pytest.skip("Ray on Spark needs Java for the local Spark")
+    paths = volume.files("d", 60)
+    bin_dir = str(Path(sys.executable).parent)  # Ray on Spark starts nodes with the `ray` command
+    env = {**os.environ, "PATH": os.pathsep.join([bin_dir, os.environ["PATH"]]), "PYSPARK_PYTHON": sys.executable,
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    proc = subprocess.run([sys.executable, str(SCRIPTS / "ray_on_spark.py"), volume.path("d")], env=env,
+                          cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-6000:]
+    out = json.loads(next(line for line in proc.stdout.splitlines() if line.startswith('{"worker_nodes"')))
+    assert out == {"worker_nodes": 2, "rows": [60, 60], "same": True}
+    assert not any(volume.local(p[len(volume.vol) + 1:]).exists() for p in paths)
