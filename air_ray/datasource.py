@@ -15,6 +15,7 @@ the same files every execution and its cache keeps serving them.
 from __future__ import annotations
 
 import copy
+import functools
 import inspect
 import os
 import random
@@ -148,8 +149,6 @@ class UCVolumeDatasource(Datasource):
                                       file_extensions=file_extensions, delta_table=delta_table,
                                       delta_version=delta_version, spark=spark, cache_dir=cache_dir)
         parquet = self._source.mode == "parquet"
-        if include_bytes is None:
-            include_bytes = not parquet and len(_cluster_nodes()) > 1
         if include_bytes and parquet:
             raise OptionError("include_bytes=True is for files mode: Parquet mode already reads the tables' rows")
         if on_error != "raise" and parquet:
@@ -160,8 +159,7 @@ class UCVolumeDatasource(Datasource):
         manifest = self._source.manifest
         self._parquet = parquet
         self._include_paths = (not parquet) if include_paths is None else bool(include_paths)
-        self._include_bytes = bool(include_bytes)
-        self._contents_type = bytes_type(int(manifest.sizes.max())) if include_bytes else None
+        self._want_bytes = None if include_bytes is None else bool(include_bytes) and not parquet
         self._tasks = TaskSource(
             root=manifest.root, local_root=volume.parse(manifest.root).local, fingerprint=manifest.fingerprint,
             cache_dir=cache_dir and os.path.abspath(cache_dir), cache_limit=cache_limit, fetch=fetch,
@@ -170,13 +168,25 @@ class UCVolumeDatasource(Datasource):
         self._bucket: np.ndarray | None = None  # by item: its bucket, once a copy is placed
         self._estimate = self._check_share()
 
+    @functools.cached_property
+    def _contents_type(self) -> pa.DataType | None:
+        """The `bytes` column's type, None for no such column.
+
+        Decided on first use rather than when made: by then Ray is up (it
+        starts before Ray Data plans a read), so the default can ask how
+        many nodes the cluster has, while a bad path still fails before Ray starts.
+        """
+        wanted = self._want_bytes if self._want_bytes is not None else len(_cluster_nodes()) > 1
+        return bytes_type(int(self._source.manifest.sizes.max())) if wanted else None
+
     # -- what Ray asks of a datasource -------------------------------------------------------
 
     def get_name(self) -> str:
         return "UCVolumeParquet" if self._parquet else "UCVolumeFiles"
 
     def estimate_inmemory_data_size(self) -> int:
-        return self._estimate
+        rows, contents = self._estimate
+        return rows + contents * (self._contents_type is not None)
 
     def supports_projection_pushdown(self) -> bool:
         return self._parquet
@@ -215,6 +225,7 @@ class UCVolumeDatasource(Datasource):
         nodes moves little more than the buckets of the nodes that changed
         (see `placement`). Nodes that get no bucket are left out.
         """
+        self._contents_type  # decided once, for every part
         weights, bucket = self._buckets()
         owner = np.array(placement.place(weights, nodes))
         parts = {}
@@ -269,8 +280,8 @@ class UCVolumeDatasource(Datasource):
         order = epoch_order(len(pieces), epoch=epoch, seed=self._seed or 0, shuffle=self._seed is not None)
         return [pieces[k] for k in self._mine(order)]
 
-    def _check_share(self) -> int:
-        """Raise on the driver if this rank would read nothing; return the in-memory size estimate."""
+    def _check_share(self) -> tuple[int, int]:
+        """Raise on the driver if this copy would read nothing; return its in-memory size (rows, contents)."""
         manifest = self._source.manifest
         if self._parquet:
             pieces = self._parquet_share(0)
@@ -279,22 +290,22 @@ class UCVolumeDatasource(Datasource):
                     f"rank {self._rank} of {self._world_size} gets no rows of {manifest.root}: "
                     "use equalize='pad', or fewer ranks"
                 )
-            return sum(task_plan.piece_bytes(p) for p in pieces)
+            return sum(task_plan.piece_bytes(p) for p in pieces), 0
         items = self._files_share(0)
         if not items:
             raise OptionError(
                 f"rank {self._rank} of {self._world_size} gets no file of {manifest.root} ({len(manifest)} "
                 "files): use equalize='pad', or fewer ranks"
             )
-        return sum(self._row_bytes(manifest, i) for i in items)
+        return sum(self._row_bytes(manifest, i) for i in items), int(manifest.sizes[items].sum())
 
     def _row_bytes(self, manifest: Manifest, i: int) -> int:
-        """Arrow bytes of file `i`'s row: its strings, its size, its contents when asked."""
+        """Arrow bytes of file `i`'s row but its contents: its strings and its size."""
         rel = manifest.paths[i]
         n = _ROW_BYTES + entry_path_length(self._tasks.cache_dir or default_dir(), rel[rel.rfind("/") + 1:])
         if self._include_paths:
             n += len(manifest.root) + 1 + len(rel)
-        return n + int(manifest.sizes[i]) * self._include_bytes
+        return n
 
     def _file_tasks(self, epoch: int, parallelism: int, row_limit: int | None, block_bytes: int) -> list[ReadTask]:
         manifest = self._source.manifest
@@ -308,7 +319,9 @@ class UCVolumeDatasource(Datasource):
             read_fn = files_read_fn(self._tasks, rows, include_paths=self._include_paths,
                                     contents_type=self._contents_type, max_block_bytes=block_bytes,
                                     max_block_rows=row_limit, keep_count=self._equalize != "none")
-            meta = BlockMetadata(num_rows=len(rows), size_bytes=sum(self._row_bytes(manifest, i) for i in chosen),
+            contents = int(manifest.sizes[chosen].sum()) if self._contents_type is not None else 0
+            meta = BlockMetadata(num_rows=len(rows),
+                                 size_bytes=sum(self._row_bytes(manifest, i) for i in chosen) + contents,
                                  input_files=[manifest.volume_path(i) for i in chosen], exec_stats=None)
             tasks.append(ReadTask(read_fn, meta, schema=schema, per_task_row_limit=row_limit))
         return tasks
@@ -380,9 +393,9 @@ def read_uc_volume(
     check.reject_unknown([k for k in options if k not in datasource_options()], datasource_options() + ray_args,
                          what="read_uc_volume")
     check.whole("override_num_blocks", override_num_blocks, low=1, optional=True)
-    if not ray.is_initialized():
-        ray.init()  # as ray.data.read_* would on first use; the datasource asks how many nodes there are
     source = UCVolumeDatasource(path, **options)
+    if not ray.is_initialized():
+        ray.init()  # as ray.data.read_* would on first use: the cluster decides the parts and the `bytes` column
     if columns is not None:
         check_columns(columns, source.schema().names)
     nodes = {n: cpus for n, cpus in _cluster_nodes().items() if cpus > 0}
