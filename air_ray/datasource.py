@@ -383,7 +383,7 @@ def read_uc_volume(
     node, so from the second one on nothing comes from the volume. The parts
     follow the nodes alive when the Dataset is made: make it again after
     the cluster grows or shrinks. `override_num_blocks` and `concurrency`
-    are shared out by the nodes' CPUs.
+    are shared out by the nodes' CPUs (at least one each).
 
     Example:
         >>> ds = read_uc_volume("/Volumes/main/ml/raw/images", include_bytes=True)  # doctest: +SKIP
@@ -401,8 +401,8 @@ def read_uc_volume(
     nodes = {n: cpus for n, cpus in _cluster_nodes().items() if cpus > 0}
     blocks = override_num_blocks or max(1, int(sum(nodes.values())))
     args = {"num_cpus": num_cpus, "num_gpus": num_gpus, "memory": memory}
-    parts = source.by_node(nodes) if len(nodes) > 1 else {}
-    if len(parts) > 1:
+    if len(nodes) > 1:
+        parts = source.by_node(nodes)
         share = {n: nodes[n] / sum(nodes[m] for m in parts) for n in parts}
         with warnings.catch_warnings():
             # Ray 2.60 deprecates `ray_remote_args` but has no named parameter for a scheduling strategy.
@@ -416,7 +416,7 @@ def read_uc_volume(
                 )
                 for node, part in parts.items()
             ]
-        ds = reads[0].union(*reads[1:])
+        ds = reads[0].union(*reads[1:]) if len(reads) > 1 else reads[0]
     else:
         ds = ray.data.read_datasource(source, override_num_blocks=blocks, concurrency=concurrency, **args)
     return ds if columns is None else ds.select_columns(list(columns))
