@@ -2,9 +2,9 @@
 
 Ray: a head without CPUs and two worker nodes whose raylets run in mount
 namespaces of their own, so one cache path is a different folder on each
-node (see tests/scripts/ray_cluster.py). torchrun: two launches with
-`--nnodes 2`, each node its own AIR_CACHE_DIR. slowvol's trace counts what
-crossed the "network".
+node (see tests/scripts/ray_cluster.py); and Ray on a local Spark. torchrun:
+two launches with `--nnodes 2`, each node in a mount namespace of its own or
+with an AIR_CACHE_DIR of its own. slowvol's trace counts what crossed the "network".
 """
 
 from __future__ import annotations
@@ -53,7 +53,12 @@ def torchrun_nodes(script: Path, nproc: int, args: list[str], node_env: list[dic
                    f'mount --bind "{own}" "{seen_at}" && exec "$@"', "sh", *cmd]
         procs.append(subprocess.Popen(cmd, env={**os.environ, "OMP_NUM_THREADS": "1", **env},
                                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
-    outs = [p.communicate(timeout=timeout)[0] for p in procs]
+    try:
+        outs = [p.communicate(timeout=timeout)[0] for p in procs]
+    finally:  # a node that failed leaves the other waiting at the rendezvous
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
     for k, (p, out) in enumerate(zip(procs, outs)):
         assert p.returncode == 0, f"node {k} failed ({p.returncode}):\n{out[-6000:]}"
 
