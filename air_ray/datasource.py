@@ -246,10 +246,9 @@ class UCVolumeDatasource(Datasource):
         """(bytes of each bucket, bucket of each item): items are the listing's files, or this rank's pieces."""
         if self._parquet:
             weights = np.array([task_plan.piece_bytes(p) for p in self._parquet_pieces()], dtype=np.int64)
-            count = placement.bucket_count(len(weights))
         else:
             weights = self._source.manifest.sizes
-            count = placement.bucket_count(len(weights), task_plan.MIN_FILES_PER_TASK)
+        count = placement.bucket_count(len(weights))
         bucket = placement.buckets(weights, count)
         return np.bincount(bucket, weights=weights, minlength=count).astype(np.int64).tolist(), bucket
 

@@ -24,14 +24,16 @@ import numpy as np
 
 from air_core import snake
 
-# Buckets are the unit of placement and of the balance guarantee; this many
-# keep placement cheap (buckets x nodes scores) and a node's excess small.
+# Buckets are the unit of placement and of the balance guarantee (a node holds
+# its share within one bucket); a node's buckets are then dealt into its read
+# tasks, so they can be much smaller than a task. This many keep placement
+# cheap (buckets x nodes scores) and a node's excess under 0.1% of the data.
 MAX_BUCKETS = 1024
 
 
-def bucket_count(items: int, min_per_bucket: int = 1) -> int:
-    """How many buckets to cut `items` items into: at most `MAX_BUCKETS`, each of `min_per_bucket` or more."""
-    return max(1, min(MAX_BUCKETS, items // max(1, min_per_bucket))) if items else 0
+def bucket_count(items: int) -> int:
+    """How many buckets to cut `items` items into: one per item, up to `MAX_BUCKETS`."""
+    return min(MAX_BUCKETS, items)
 
 
 def buckets(weights: Sequence[int], count: int) -> np.ndarray:

@@ -9,10 +9,13 @@ is a folder of its own, as separate machines would have. The head has no CPU
 "driver,actor,split", names one execution each of the same `read_uc_volume`
 Dataset, consumed on the driver, in an actor pinned to a worker node, or
 through `streaming_split(2, equal=True)` into one actor per worker node (what
-Ray Train does). Consumers first take every row, then (after the volume opens
-are counted) check it on their own node: `bytes` against the volume, the
-row's own `local_path`, and `air_ray.local_path(row)`. Prints one JSON line:
-figures per execution, and what each worker node cached in the first.
+Ray Train does); "join" and "leave" add a worker node or remove the last
+one, make the Dataset again and consume it on the driver (place them last:
+the other consumers stay on the first two nodes). Consumers first take every
+row, then (after the volume opens are counted) check it on their own node:
+`bytes` against the volume, the row's own `local_path`, and
+`air_ray.local_path(row)`. Prints one JSON line: figures per execution, and
+what each worker node cached in the first.
 """
 
 import hashlib
@@ -95,11 +98,13 @@ def main() -> None:
     os.makedirs(LOCAL, exist_ok=True)
     cluster = Cluster(initialize_head=True, head_node_args={
         "num_cpus": 0, "object_store_memory": 100 << 20, "include_dashboard": False})
-    workers = []
-    for k in range(2):
+
+    def add_worker(k: int):
         node_dir = os.path.join(WORKDIR, f"node{k}")
-        os.makedirs(node_dir)
-        workers.append(cluster.add_node(num_cpus=1, object_store_memory=100 << 20, env_vars={"NODE_DIR": node_dir}))
+        os.makedirs(node_dir, exist_ok=True)
+        return cluster.add_node(num_cpus=1, object_store_memory=100 << 20, env_vars={"NODE_DIR": node_dir})
+
+    workers = [add_worker(k) for k in range(2)]
     cluster.wait_for_nodes()
     ray.init(address=cluster.address, log_to_driver=False)
     ids = [w.node_id for w in workers]
@@ -116,6 +121,16 @@ def main() -> None:
     for how in CONSUMERS:
         before = opens()
         if how == "driver":
+            driver.take(ds.iter_rows())
+            consumers = [driver]
+        elif how in ("join", "leave"):
+            if how == "join":
+                workers.append(add_worker(len(workers)))
+            else:
+                cluster.remove_node(workers.pop())
+            cluster.wait_for_nodes()
+            ds = air_ray.read_uc_volume(VOLUME_PATH)
+            before = opens()
             driver.take(ds.iter_rows())
             consumers = [driver]
         elif how == "actor":
