@@ -54,7 +54,11 @@ class UCVolumeDatasource(Datasource):
 
     Use with `ray.data.read_datasource(UCVolumeDatasource(path, ...))`, or
     call `read_uc_volume(path, ...)`, which also picks a number of blocks
-    suited to fetch-bound reads.
+    suited to fetch-bound reads and, on a cluster of several nodes, reads
+    each node's part (`by_node`) on that node, so that node caches keep
+    serving later executions: one read operator can only place all its
+    tasks alike, so a plain `read_datasource` lets Ray run a file's task on
+    any node.
 
     Files mode gives one row per file: `path` (the volume path), `local_path`
     (the copy in the cache of the node that ran the read task), `size`, and
