@@ -27,7 +27,7 @@ from air_core import snake
 # Buckets are the unit of placement and of the balance guarantee (a node holds
 # its share within one bucket); a node's buckets are then dealt into its read
 # tasks, so they can be much smaller than a task. This many keep placement
-# cheap (buckets x nodes scores) and a node's excess under 0.1% of the data.
+# cheap (buckets x nodes scores) and a node's excess near 1/1024 of the data.
 MAX_BUCKETS = 1024
 
 
