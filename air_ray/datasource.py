@@ -3,24 +3,34 @@
 The driver lists the folder once (in `__init__`, rank 0 broadcasting when
 torch.distributed is up), keeps this rank's share, and deals it into
 byte-balanced read tasks. Each task carries only its own rows of the listing
-and reads through the node cache, so a second execution reads nothing from
-the volume. Two modes: files (one row per file) and Parquet (the tables'
-rows, row group by row group, hive partition columns kept).
+and reads through the cache of the node it runs on, so a second execution
+reads nothing from the volume. Two modes: files (one row per file) and
+Parquet (the tables' rows, row group by row group, hive partition columns kept).
+
+On a cluster of several nodes, `read_uc_volume` gives each node its own read
+operator over a fixed part of the data (see `placement`), so every node reads
+the same files every execution and its cache keeps serving them.
 """
 
 from __future__ import annotations
 
+import copy
+import functools
 import inspect
 import os
 import random
-from typing import Any, Literal, Sequence
+import warnings
+from typing import Any, Literal, Mapping, Sequence
 
+import numpy as np
 import pyarrow as pa
 import ray
 from ray.data import Dataset, FileShuffleConfig
 from ray.data.block import BlockMetadata
 from ray.data.context import DataContext
 from ray.data.datasource import Datasource, ReadTask
+from ray.util.annotations import RayDeprecationWarning
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from air_core import (
     DEFAULT_FETCH_THREADS, EQUALIZES, ON_ERRORS, Equalize, Grid, Manifest, Mode, OnError, OptionError, RowGroup,
@@ -30,7 +40,7 @@ from air_core import (
 )
 from air_core import options as check
 
-from . import task_plan
+from . import placement, task_plan
 from .task_read import TaskSource, bytes_type, files_read_fn, files_schema, parquet_read_fn
 
 Shuffle = Literal["files"] | FileShuffleConfig | None
@@ -44,14 +54,20 @@ class UCVolumeDatasource(Datasource):
 
     Use with `ray.data.read_datasource(UCVolumeDatasource(path, ...))`, or
     call `read_uc_volume(path, ...)`, which also picks a number of blocks
-    suited to fetch-bound reads.
+    suited to fetch-bound reads and, on a cluster of several nodes, reads
+    each node's part (`by_node`) on that node, so that node caches keep
+    serving later executions: one read operator can only place all its
+    tasks alike, so a plain `read_datasource` lets Ray run a file's task on
+    any node.
 
     Files mode gives one row per file: `path` (the volume path), `local_path`
-    (the copy in the cache of the node that ran the read task: open it there,
-    in a `map`/`map_batches` fused with the read, or ask for `bytes`), `size`,
-    and `bytes` with `include_bytes=True`. Parquet mode gives the tables' rows
-    with hive partition columns (`split=train/`) kept as string columns; it is
-    chosen automatically when every file is `.parquet`.
+    (the copy in the cache of the node that ran the read task), `size`, and
+    `bytes` (the contents: by default only when the Ray cluster has several
+    nodes, where a row may be consumed on another node than the one that read
+    it). `air_ray.local_path(row)` gives a path to the file that is valid on
+    whichever node calls it. Parquet mode gives the tables' rows with hive
+    partition columns (`split=train/`) kept as string columns; it is chosen
+    automatically when every file is `.parquet`.
 
     Args:
         path: a volume folder, `/Volumes/<catalog>/<schema>/<volume>/...` or `dbfs:/Volumes/...`.
@@ -61,7 +77,8 @@ class UCVolumeDatasource(Datasource):
         exclude: glob(s) of files to leave out.
         file_extensions: keep only files with these extensions (case-insensitive), as in Ray's readers.
         include_paths: add the `path` column (default: True in files mode, False in Parquet mode).
-        include_bytes: files mode: add each file's contents as a `bytes` column.
+        include_bytes: files mode: add each file's contents as a `bytes` column
+            (default: when the running Ray cluster has more than one node).
         shuffle: "files" (a new file order every execution) or a
             `ray.data.FileShuffleConfig` (seeded); None keeps the listing order.
             Which rank reads a file never changes, so each node's cache keeps its share.
@@ -73,8 +90,8 @@ class UCVolumeDatasource(Datasource):
             or "pad" (every rank gets the largest, repeating rows): equal
             counts keep DDP ranks in lockstep. Counts are rows: files in files
             mode, table rows (exact, cut inside row groups) in Parquet mode.
-        cache_dir: the node cache folder (default: `air_core.default_dir()` as
-            the driver sees it).
+        cache_dir: the node cache folder on every node (default: each node's
+            own `air_core.default_dir()`, resolved where the read task runs).
         cache_limit: cap on the cache's bytes; None for no cap.
         fetch_threads: each read task's reads in flight (default 64).
         prefetch, prefetch_bytes: how far a task fetches ahead of the rows it
@@ -104,7 +121,7 @@ class UCVolumeDatasource(Datasource):
         exclude: str | Sequence[str] | None = None,
         file_extensions: Sequence[str] | None = None,
         include_paths: bool | None = None,
-        include_bytes: bool = False,
+        include_bytes: bool | None = None,
         shuffle: Shuffle = None,
         rank: int | None = None,
         world_size: int | None = None,
@@ -148,13 +165,25 @@ class UCVolumeDatasource(Datasource):
         manifest = self._source.manifest
         self._parquet = parquet
         self._include_paths = (not parquet) if include_paths is None else bool(include_paths)
-        self._include_bytes = bool(include_bytes)
-        self._contents_type = bytes_type(int(manifest.sizes.max())) if include_bytes else None
+        self._want_bytes = None if include_bytes is None else bool(include_bytes) and not parquet
         self._tasks = TaskSource(
             root=manifest.root, local_root=volume.parse(manifest.root).local, fingerprint=manifest.fingerprint,
-            cache_dir=os.path.abspath(cache_dir or default_dir()), cache_limit=cache_limit, fetch=fetch,
+            cache_dir=cache_dir and os.path.abspath(cache_dir), cache_limit=cache_limit, fetch=fetch,
         )
+        self._placed: np.ndarray | None = None  # by bucket: whether this copy reads it (see `by_node`)
+        self._bucket: np.ndarray | None = None  # by item: its bucket, once a copy is placed
         self._estimate = self._check_share()
+
+    @functools.cached_property
+    def _contents_type(self) -> pa.DataType | None:
+        """The `bytes` column's type, None for no such column.
+
+        Decided on first use rather than when made: by then Ray is up (it
+        starts before Ray Data plans a read), so the default can ask how
+        many nodes the cluster has, while a bad path still fails before Ray starts.
+        """
+        wanted = self._want_bytes if self._want_bytes is not None else len(_cluster_nodes()) > 1
+        return bytes_type(int(self._source.manifest.sizes.max())) if wanted else None
 
     # -- what Ray asks of a datasource -------------------------------------------------------
 
@@ -162,7 +191,8 @@ class UCVolumeDatasource(Datasource):
         return "UCVolumeParquet" if self._parquet else "UCVolumeFiles"
 
     def estimate_inmemory_data_size(self) -> int:
-        return self._estimate
+        rows, contents = self._estimate
+        return rows + contents * (self._contents_type is not None)
 
     def supports_projection_pushdown(self) -> bool:
         return self._parquet
@@ -191,26 +221,72 @@ class UCVolumeDatasource(Datasource):
             return self._parquet_tasks(epoch, parallelism, per_task_row_limit)
         return self._file_tasks(epoch, parallelism, per_task_row_limit, block_bytes)
 
+    def by_node(self, nodes: Mapping[str, float]) -> dict[str, UCVolumeDatasource]:
+        """This datasource cut into one datasource per node, each to be read on its node.
+
+        The parts are disjoint and together read what this datasource reads.
+        They depend on the listing and `nodes` (node id -> CPUs) alone, so
+        every execution reads the same files on the same node, each node
+        holds its CPU share of the bytes within one bucket, and a change of
+        nodes moves little more than the buckets of the nodes that changed
+        (see `placement`). Nodes that get no bucket are left out.
+        """
+        self._contents_type  # decided once, for every part
+        weights, bucket = self._buckets()
+        owner = np.array(placement.place(weights, nodes))
+        parts = {}
+        for node in dict.fromkeys(owner.tolist()):
+            part = copy.copy(self)
+            part._placed, part._bucket = owner == node, bucket
+            part._estimate = part._check_share()
+            parts[node] = part
+        return parts
+
+    def __getstate__(self) -> dict:
+        # The item -> bucket map is as long as the listing: a copy that travels makes it again.
+        return {**self.__dict__, "_bucket": None}
+
     # -- planning ------------------------------------------------------------------------------
+
+    def _buckets(self) -> tuple[list[int], np.ndarray]:
+        """(bytes of each bucket, bucket of each item): items are the listing's files, or this rank's pieces."""
+        if self._parquet:
+            weights = np.array([task_plan.piece_bytes(p) for p in self._parquet_pieces()], dtype=np.int64)
+        else:
+            weights = self._source.manifest.sizes
+        count = placement.bucket_count(len(weights))
+        bucket = placement.buckets(weights, count)
+        return np.bincount(bucket, weights=weights, minlength=count).astype(np.int64).tolist(), bucket
+
+    def _mine(self, items: list[int]) -> list[int]:
+        """The items (files, or this rank's pieces) of `items` this copy reads, in the same order."""
+        if self._placed is None:
+            return items
+        if self._bucket is None:
+            self._bucket = self._buckets()[1]
+        return [i for i, keep in zip(items, self._placed[self._bucket[items]].tolist()) if keep]
 
     def _files_share(self, epoch: int) -> list[int]:
         manifest = self._source.manifest
-        return rank_shares(
+        return self._mine(rank_shares(
             manifest.sizes, world_size=self._world_size, epoch=epoch, seed=self._seed or 0,
             shuffle=self._seed is not None, equalize=self._equalize,
-        )[self._rank]
+        )[self._rank])
 
-    def _parquet_share(self, epoch: int) -> list[RowGroup | RowSlice]:
+    def _parquet_pieces(self) -> list[RowGroup | RowSlice]:
+        """This rank's pieces, in the same order every execution."""
         units = self._source.units()
         if self._world_size == 1 and self._equalize == "none":
-            pieces: list = [u for u in units if u.num_rows]
-        else:
-            pieces = split_rows(units, self._world_size, self._equalize)[self._rank]
-        order = epoch_order(len(pieces), epoch=epoch, seed=self._seed or 0, shuffle=self._seed is not None)
-        return [pieces[k] for k in order]
+            return [u for u in units if u.num_rows]
+        return split_rows(units, self._world_size, self._equalize)[self._rank]
 
-    def _check_share(self) -> int:
-        """Raise on the driver if this rank would read nothing; return the in-memory size estimate."""
+    def _parquet_share(self, epoch: int) -> list[RowGroup | RowSlice]:
+        pieces = self._parquet_pieces()
+        order = epoch_order(len(pieces), epoch=epoch, seed=self._seed or 0, shuffle=self._seed is not None)
+        return [pieces[k] for k in self._mine(order)]
+
+    def _check_share(self) -> tuple[int, int]:
+        """Raise on the driver if this copy would read nothing; return its in-memory size (rows, contents)."""
         manifest = self._source.manifest
         if self._parquet:
             pieces = self._parquet_share(0)
@@ -219,22 +295,22 @@ class UCVolumeDatasource(Datasource):
                     f"rank {self._rank} of {self._world_size} gets no rows of {manifest.root}: "
                     "use equalize='pad', or fewer ranks"
                 )
-            return sum(task_plan.piece_bytes(p) for p in pieces)
+            return sum(task_plan.piece_bytes(p) for p in pieces), 0
         items = self._files_share(0)
         if not items:
             raise OptionError(
                 f"rank {self._rank} of {self._world_size} gets no file of {manifest.root} ({len(manifest)} "
                 "files): use equalize='pad', or fewer ranks"
             )
-        return sum(self._row_bytes(manifest, i) for i in items)
+        return sum(self._row_bytes(manifest, i) for i in items), int(manifest.sizes[items].sum())
 
     def _row_bytes(self, manifest: Manifest, i: int) -> int:
-        """Arrow bytes of file `i`'s row: its strings, its size, its contents when asked."""
+        """Arrow bytes of file `i`'s row but its contents: its strings and its size."""
         rel = manifest.paths[i]
-        n = _ROW_BYTES + entry_path_length(self._tasks.cache_dir, rel[rel.rfind("/") + 1:])
+        n = _ROW_BYTES + entry_path_length(self._tasks.cache_dir or default_dir(), rel[rel.rfind("/") + 1:])
         if self._include_paths:
             n += len(manifest.root) + 1 + len(rel)
-        return n + int(manifest.sizes[i]) * self._include_bytes
+        return n
 
     def _file_tasks(self, epoch: int, parallelism: int, row_limit: int | None, block_bytes: int) -> list[ReadTask]:
         manifest = self._source.manifest
@@ -248,7 +324,9 @@ class UCVolumeDatasource(Datasource):
             read_fn = files_read_fn(self._tasks, rows, include_paths=self._include_paths,
                                     contents_type=self._contents_type, max_block_bytes=block_bytes,
                                     max_block_rows=row_limit, keep_count=self._equalize != "none")
-            meta = BlockMetadata(num_rows=len(rows), size_bytes=sum(self._row_bytes(manifest, i) for i in chosen),
+            contents = int(manifest.sizes[chosen].sum()) if self._contents_type is not None else 0
+            meta = BlockMetadata(num_rows=len(rows),
+                                 size_bytes=sum(self._row_bytes(manifest, i) for i in chosen) + contents,
                                  input_files=[manifest.volume_path(i) for i in chosen], exec_stats=None)
             tasks.append(ReadTask(read_fn, meta, schema=schema, per_task_row_limit=row_limit))
         return tasks
@@ -302,6 +380,16 @@ def read_uc_volume(
     start-up and tail time, and each yields blocks of at most
     `DataContext.target_max_block_size` however much it reads.
 
+    On a cluster with several nodes that have CPUs, the data is cut into one
+    part per node (`UCVolumeDatasource.by_node`), each read by its own read
+    operator whose tasks prefer that node (soft node affinity: a busy or lost
+    node delays nothing, its tasks run elsewhere), and the parts are joined
+    with `Dataset.union`. Every execution then reads each file on the same
+    node, so from the second one on nothing comes from the volume. The parts
+    follow the nodes alive when the Dataset is made: make it again after
+    the cluster grows or shrinks. `override_num_blocks` and `concurrency`
+    are shared out by the nodes' CPUs (at least one each).
+
     Example:
         >>> ds = read_uc_volume("/Volumes/main/ml/raw/images", include_bytes=True)  # doctest: +SKIP
         >>> ds.map_batches(decode).iter_torch_batches(batch_size=64)  # doctest: +SKIP
@@ -311,19 +399,39 @@ def read_uc_volume(
                          what="read_uc_volume")
     check.whole("override_num_blocks", override_num_blocks, low=1, optional=True)
     source = UCVolumeDatasource(path, **options)
+    if not ray.is_initialized():
+        ray.init()  # as ray.data.read_* would on first use: the cluster decides the parts and the `bytes` column
     if columns is not None:
         check_columns(columns, source.schema().names)
-    ds = ray.data.read_datasource(
-        source, override_num_blocks=override_num_blocks or _default_num_blocks(), concurrency=concurrency,
-        num_cpus=num_cpus, num_gpus=num_gpus, memory=memory,
-    )
+    nodes = {n: cpus for n, cpus in _cluster_nodes().items() if cpus > 0}
+    blocks = override_num_blocks or max(1, int(sum(nodes.values())))
+    args = {"num_cpus": num_cpus, "num_gpus": num_gpus, "memory": memory}
+    if len(nodes) > 1:
+        parts = source.by_node(nodes)
+        share = {n: nodes[n] / sum(nodes[m] for m in parts) for n in parts}
+        with warnings.catch_warnings():
+            # Ray 2.60 deprecates `ray_remote_args` but has no named parameter for a scheduling strategy.
+            warnings.simplefilter("ignore", RayDeprecationWarning)
+            reads = [
+                ray.data.read_datasource(
+                    part, override_num_blocks=max(1, round(blocks * share[node])),
+                    concurrency=concurrency and max(1, round(concurrency * share[node])),
+                    ray_remote_args={"scheduling_strategy": NodeAffinitySchedulingStrategy(node, soft=True)},
+                    **args,
+                )
+                for node, part in parts.items()
+            ]
+        ds = reads[0].union(*reads[1:]) if len(reads) > 1 else reads[0]
+    else:
+        ds = ray.data.read_datasource(source, override_num_blocks=blocks, concurrency=concurrency, **args)
     return ds if columns is None else ds.select_columns(list(columns))
 
 
-def _default_num_blocks() -> int:
+def _cluster_nodes() -> dict[str, float]:
+    """The running Ray cluster's alive nodes, node id -> CPUs; empty when Ray is not running here."""
     if not ray.is_initialized():
-        ray.init()  # as ray.data.read_* would on first use
-    return max(1, int(ray.cluster_resources().get("CPU", 1)))
+        return {}
+    return {n["NodeID"]: n["Resources"].get("CPU", 0.0) for n in ray.nodes() if n["Alive"]}
 
 
 def datasource_options() -> tuple[str, ...]:

@@ -1,10 +1,11 @@
 """What a read task runs, on whichever Ray worker it lands.
 
 Each read function is a named closure over plain data: its group's rows of
-the listing, the local volume and cache folders the driver resolved (a worker
-may not share the driver's `AIR_VOLUMES_ROOT` / `AIR_CACHE_DIR`), and the
-options. It fetches through the node cache on the core's fetch threads, so a
-second execution on the node reads nothing from the volume.
+the listing, the local volume folder the driver resolved (a worker may not
+share the driver's `AIR_VOLUMES_ROOT`), the cache folder when one was given,
+and the options. It fetches through the cache of the node it runs on (its
+own `AIR_CACHE_DIR`, or default), on the core's fetch threads, so a second
+execution on the node reads nothing from the volume.
 """
 
 from __future__ import annotations
@@ -28,12 +29,12 @@ Row = tuple[str, int, int]  # (path relative to the root, size, mtime_ns)
 
 @dataclass(frozen=True)
 class TaskSource:
-    """Where a task reads from and caches to, as the driver resolved it."""
+    """Where a task reads from and caches to; `cache_dir` None: the default of the node the task runs on."""
 
     root: str
     local_root: str
     fingerprint: str
-    cache_dir: str
+    cache_dir: str | None
     cache_limit: int | None
     fetch: dict
 
@@ -42,7 +43,7 @@ class TaskSource:
         return Manifest.from_rows(self.root, rows, self.fingerprint)
 
     def cache(self) -> Cache:
-        """This process's handle on the node cache."""
+        """This process's handle on its node's cache (resolved here, not on the driver)."""
         return Cache(self.cache_dir, limit_bytes=self.cache_limit)
 
 

@@ -21,7 +21,8 @@ from ray.data import DataContext, FileShuffleConfig  # noqa: E402
 from air_core.errors import EmptyVolumeError, OptionError, VolumePathError  # noqa: E402
 from air_core.tabular import ParquetError  # noqa: E402
 import air_core.source  # noqa: E402
-from air_ray import UCVolumeDatasource, read_uc_volume, task_plan  # noqa: E402
+import air_ray  # noqa: E402
+from air_ray import UCVolumeDatasource, placement, read_uc_volume, task_plan  # noqa: E402
 from conftest import ROOT, torchrun  # noqa: E402
 
 SCRIPTS = Path(__file__).parent / "scripts"
@@ -57,13 +58,13 @@ def ordered():
 @pytest.mark.slow
 def test_file_rows_come_with_bytes_and_a_second_execution_needs_no_volume(volume, ray_cluster):
     paths = volume.files("d", 30)
-    ds = read_uc_volume(volume.path("d"), include_bytes=True)
+    cache = str(volume.root.parent / "given-cache")  # the session's workers keep their own AIR_CACHE_DIR
+    ds = read_uc_volume(volume.path("d"), include_bytes=True, cache_dir=cache)
     assert ds.count() == 30  # from the read tasks' metadata, before any read
     assert ds.schema().names == ["path", "local_path", "size", "bytes"]
     assert ds.schema().base_schema.field("bytes").type == pa.binary()
     rows = ds.take_all()
     assert sorted(r["path"] for r in rows) == paths
-    cache = os.environ["AIR_CACHE_DIR"]
     for r in rows:
         data = volume.local(r["path"][len(volume.vol) + 1:]).read_bytes()
         assert r["bytes"] == data and r["size"] == len(data)
@@ -344,15 +345,115 @@ def test_demo_section_reads_twice_and_shows_the_split(volume, ray_cluster, capsy
 
 
 @pytest.mark.slow
-def test_notebook_runs(ray_cluster, tmp_path, monkeypatch):
+def test_notebook_runs(tmp_path, monkeypatch):
     nbformat = pytest.importorskip("nbformat")
     from nbclient import NotebookClient
 
-    # The kernel joins this session's cluster instead of starting its own.
-    monkeypatch.setenv("RAY_ADDRESS", ray_cluster.get_runtime_context().gcs_address)
+    # The kernel starts a Ray of its own, as a user's would: the session's workers do not see the
+    # AIR_CACHE_DIR that the notebook sets, and each node resolves its own cache folder.
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
     nb = nbformat.read(ROOT / "notebooks" / "ray_data.ipynb", as_version=4)
     NotebookClient(nb, timeout=180, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
     text = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []))
     assert "execution 2" in text and "files in the node cache: 120" in text
     assert "files per rank: [40, 40, 40] overlap: 0" in text
     assert any("image/png" in o.get("data", {}) for c in nb.cells if c.cell_type == "code" for o in c.outputs)
+
+
+# -- placement on a cluster: pure, no cluster needed --------------------------------------------
+
+
+def _loads(weights, owner, nodes):
+    return {n: sum(w for w, o in zip(weights, owner) if o == n) for n in nodes}
+
+
+@pytest.mark.parametrize("buckets, nodes", [(9, 2), (100, 3), (1024, 8), (3, 5)])
+def test_placement_is_stable_and_each_node_holds_its_share_within_one_bucket(buckets, nodes):
+    weights = [1000 + (k * 7919) % 50_000 for k in range(buckets)]
+    cpus = {f"node{n}": 1.0 for n in range(nodes)}
+    owner = placement.place(weights, cpus)
+    assert owner == placement.place(weights, dict(reversed(cpus.items())))  # no order, no state
+    for load in _loads(weights, owner, cpus).values():
+        assert load <= sum(weights) / nodes + max(weights)
+
+
+def test_placement_follows_cpus_and_skips_nodes_without_any():
+    weights = [10] * 300
+    owner = placement.place(weights, {"big": 3.0, "small": 1.0, "head": 0.0})
+    loads = _loads(weights, owner, ["big", "small", "head"])
+    assert loads["head"] == 0 and abs(loads["big"] - 2250) <= 10 and abs(loads["small"] - 750) <= 10
+    with pytest.raises(ValueError, match="no node with CPUs"):
+        placement.place(weights, {"head": 0.0})
+
+
+def test_a_node_leaving_or_joining_moves_little_more_than_its_own_buckets():
+    weights = [1000 + (k * 7919) % 50_000 for k in range(400)]
+    nodes = {f"node{n}": 1.0 for n in range(4)}
+    before = placement.place(weights, nodes)
+    gone = placement.place(weights, {n: c for n, c in nodes.items() if n != "node3"})
+    lost = before.count("node3")
+    moved = sum(a != b for a, b in zip(before, gone))
+    assert lost <= moved <= lost * 1.25  # plain hashing moves exactly `lost`; bounded loads a few more
+    joined = placement.place(weights, {**nodes, "node4": 1.0})
+    taken = joined.count("node4")
+    assert taken <= sum(a != b for a, b in zip(before, joined)) <= taken * 1.25
+
+
+def test_buckets_depend_on_the_listing_alone():
+    sizes = [(i * 7919) % 5000 + 1 for i in range(1000)]
+    assert placement.bucket_count(15) == 15 and placement.bucket_count(0) == 0
+    assert placement.bucket_count(10**7) == placement.MAX_BUCKETS
+    bucket = placement.buckets(sizes, 15)
+    totals = [sum(s for s, b in zip(sizes, bucket) if b == k) for k in range(15)]
+    assert max(totals) - min(totals) <= max(sizes)
+    assert placement.buckets(sizes, 1).tolist() == [0] * 1000
+
+
+def test_by_node_parts_are_disjoint_complete_and_the_same_every_execution(volume):
+    volume.files("d", 700, size=lambda i: 50 + (i * 7919) % 5000)
+    source = UCVolumeDatasource(volume.path("d"), shuffle=FileShuffleConfig(seed=4), include_paths=True)
+    parts = source.by_node({"a": 1.0, "b": 1.0, "head": 0.0})
+    assert set(parts) == {"a", "b"}
+
+    def files(part, execution):
+        context = DataContext.get_current()
+        saved, context._execution_idx = context._execution_idx, execution
+        try:
+            return {p for t in part.get_read_tasks(3, data_context=context) for p in t.metadata.input_files}
+        finally:
+            context._execution_idx = saved
+
+    a, b = files(parts["a"], 0), files(parts["b"], 0)
+    assert not a & b and len(a | b) == 700
+    assert files(parts["a"], 1) == a and files(parts["b"], 2) == b  # reshuffled, never moved
+    assert abs(parts["a"].estimate_inmemory_data_size() - parts["b"].estimate_inmemory_data_size()) \
+        < source.estimate_inmemory_data_size() / 4
+    assert len(cloudpickle.dumps(parts["a"])) < len(cloudpickle.dumps(parts["a"]._bucket)) + 20_000
+
+
+def test_parquet_by_node_parts_cover_every_row_once(volume):
+    expected = write_table(volume, "t", files_per_split=3, rows=40, row_group=10)  # 24 row groups
+    parts = UCVolumeDatasource(volume.path("t")).by_node({"a": 1.0, "b": 1.0})
+    ids = {n: [i for t in p.get_read_tasks(4) for block in t() for i in block.column("id").to_pylist()]
+           for n, p in parts.items()}
+    assert sorted(ids["a"] + ids["b"]) == sorted(r["id"] for r in expected)
+    assert abs(len(ids["a"]) - len(ids["b"])) <= 2 * 10  # within one bucket (a row group) of half each
+
+
+def test_local_path_of_a_row_is_valid_on_any_node(volume, tmp_path):
+    from air_core import FetchError
+
+    volume.files("d", 3)
+    row = next(r for t in UCVolumeDatasource(volume.path("d")).get_read_tasks(1) for b in t() for r in b.to_pylist())
+    assert air_ray.local_path(row) == row["local_path"]  # the node that read it: as it is
+    # On another node the row's copy is not there: that node gets its own copy, of the same bytes.
+    moved = {**row, "local_path": str(tmp_path / "other-node" / Path(row["local_path"]).name)}
+    elsewhere = str(tmp_path / "this-node-cache")
+    copy = air_ray.local_path(moved, cache_dir=elsewhere)
+    assert copy.startswith(elsewhere) and Path(copy).read_bytes() == Path(row["local_path"]).read_bytes()
+    assert air_ray.local_path(moved, cache_dir=elsewhere) == copy
+    volume.local(row["path"][len(volume.vol) + 1:]).write_bytes(b"new contents")
+    with pytest.raises(FetchError, match="changed on the volume"):
+        air_ray.local_path({**moved, "local_path": "/nowhere/" + Path(copy).name}, cache_dir=str(tmp_path / "c3"))
+    with pytest.raises(OptionError, match="include_paths"):
+        air_ray.local_path({"local_path": "/nowhere/x", "size": 1})
