@@ -67,12 +67,12 @@ def default_dir() -> str:
     return os.path.join(tempfile.gettempdir(), f"air-cache-{os.getuid()}")
 
 
-def entry_path_length(root: str, file_name: str) -> int:
-    """The length of a cached copy's path for a file named `file_name`, in the cache at `root`.
+def entry_path_length(root: str, name_length: int | np.ndarray) -> int | np.ndarray:
+    """The length of a cached copy's path, in the cache at `root`, for a file name of `name_length` characters.
 
-    For size estimates over many files: no hashing, unlike `Cache.entry_path`.
+    For size estimates over many files (an array of lengths gives an array): no hashing, unlike `Cache.entry_path`.
     """
-    return len(os.path.abspath(root)) + len("/objects/xx/-") + _KEY_CHARS + min(len(file_name), _NAME_CHARS)
+    return len(os.path.abspath(root)) + len("/objects/xx/-") + _KEY_CHARS + np.minimum(name_length, _NAME_CHARS)
 
 
 @dataclass

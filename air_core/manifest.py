@@ -127,6 +127,16 @@ class Manifest:
         mtimes = np.array([r[2] for r in rows], dtype=np.int64)
         return cls(root, blob, offsets, sizes, mtimes, fingerprint)
 
+    @cached_property
+    def path_lengths(self) -> tuple[np.ndarray, np.ndarray]:
+        """The byte lengths of each path and of its file name (its last part), as arrays."""
+        starts, ends = self._offsets[:-1], self._offsets[1:] - 1
+        slashes = np.flatnonzero(self._blob == ord("/"))
+        before = np.searchsorted(slashes, ends) - 1  # each path's last slash, if it lies in the path
+        last = slashes[np.maximum(before, 0)] if len(slashes) else np.full(len(ends), -1)
+        last = np.where((before >= 0) & (last >= starts), last, starts - 1)
+        return ends - starts, ends - last - 1
+
     def rows(self, items: Iterable[int]) -> list[tuple[str, int, int]]:
         """(relative path, size, mtime_ns) of `items`, for a `from_rows` of part of the listing."""
         return [(self.paths[i], int(self.sizes[i]), int(self.mtimes[i])) for i in items]

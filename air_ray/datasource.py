@@ -302,14 +302,16 @@ class UCVolumeDatasource(Datasource):
                 f"rank {self._rank} of {self._world_size} gets no file of {manifest.root} ({len(manifest)} "
                 "files): use equalize='pad', or fewer ranks"
             )
-        return sum(self._row_bytes(manifest, i) for i in items), int(manifest.sizes[items].sum())
+        return self._row_bytes(manifest, items), int(manifest.sizes[items].sum())
 
-    def _row_bytes(self, manifest: Manifest, i: int) -> int:
-        """Arrow bytes of file `i`'s row but its contents: its strings and its size."""
-        rel = manifest.paths[i]
-        n = _ROW_BYTES + entry_path_length(self._tasks.cache_dir or default_dir(), rel[rel.rfind("/") + 1:])
+    def _row_bytes(self, manifest: Manifest, items: Sequence[int]) -> int:
+        """Arrow bytes of the rows of files `items` but their contents: their strings and sizes."""
+        paths, names = manifest.path_lengths
+        items = np.asarray(items, dtype=np.int64)
+        cache_dir = self._tasks.cache_dir or default_dir()
+        n = len(items) * _ROW_BYTES + int(entry_path_length(cache_dir, names[items]).sum())
         if self._include_paths:
-            n += len(manifest.root) + 1 + len(rel)
+            n += len(items) * (len(manifest.root) + 1) + int(paths[items].sum())
         return n
 
     def _file_tasks(self, epoch: int, parallelism: int, row_limit: int | None, block_bytes: int) -> list[ReadTask]:
@@ -326,7 +328,7 @@ class UCVolumeDatasource(Datasource):
                                     max_block_rows=row_limit, keep_count=self._equalize != "none")
             contents = int(manifest.sizes[chosen].sum()) if self._contents_type is not None else 0
             meta = BlockMetadata(num_rows=len(rows),
-                                 size_bytes=sum(self._row_bytes(manifest, i) for i in chosen) + contents,
+                                 size_bytes=self._row_bytes(manifest, chosen) + contents,
                                  input_files=[manifest.volume_path(i) for i in chosen], exec_stats=None)
             tasks.append(ReadTask(read_fn, meta, schema=schema, per_task_row_limit=row_limit))
         return tasks
