@@ -154,6 +154,22 @@ def test_hf_uc_volume_two_nodes_of_one_rank_fetch_each_file_once(volume, slowvol
     assert after_second == after_first
 
 
+def test_hf_trainer_recipe_over_two_nodes_of_one_rank_reads_disjoint_halves_once(volume, slowvol_so, tmp_path):
+    pytest.importorskip("transformers")
+    volume.files("imgs", 34)  # equalize="drop": 4 shards of 8 (2 files left out)
+    trace, out = tmp_path / "trace", tmp_path / "out"
+    out.mkdir()
+    caches = [tmp_path / f"node{k}-cache" for k in range(2)]
+    torchrun_nodes(SCRIPTS / "hf_trainer.py", 1, [volume.path("imgs"), str(tmp_path / "hf"), str(out), "4"],
+                   [{**slowvol_env(volume, slowvol_so, trace), "AIR_CACHE_DIR": str(c)} for c in caches],
+                   timeout=300)
+    seen = [json.loads((out / f"rank{r}.json").read_text())["seen"] for r in range(2)]
+    assert [len(s) for s in seen] == [16, 16]  # 4 steps x batch 4, one epoch of each node's half
+    assert not set(seen[0]) & set(seen[1]) and len(set(seen[0] + seen[1])) == 32
+    opens = Counter(trace_opens(trace))
+    assert len(opens) == 32 and set(opens.values()) == {1}  # each file read once, by the node that trains on it
+
+
 # -- Ray on Spark --------------------------------------------------------------------------------------
 
 
