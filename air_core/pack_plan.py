@@ -28,6 +28,7 @@ import numpy as np
 from .errors import OptionError
 from .grid import Grid
 from .plan import EQUALIZES, Equalize, _epoch_order
+from .row_plan import RowGroup, RowSlice
 
 
 def plan(
@@ -107,3 +108,22 @@ class _Pack:
                 out[self.stream(prior, Grid(*s["grid"]))[: s["consumed"]]] = True
             self._delivered[id(state)] = out
         return self._delivered[id(state)]
+
+
+def pieces(units: Sequence[RowGroup], files: Sequence[int]) -> list[RowGroup | RowSlice]:
+    """The row groups, or row ranges of them, that hold `files` (positions in the pack, ascending).
+
+    Whole row groups come back as they are; a run of files that covers only
+    part of one (a split's first or last group) as a `RowSlice`.
+    """
+    starts = np.cumsum([0] + [u.num_rows for u in units])
+    files = np.asarray(files, dtype=np.int64)
+    unit = np.searchsorted(starts, files, side="right") - 1
+    breaks = np.flatnonzero((np.diff(unit) != 0) | (np.diff(files) != 1)) + 1
+    out: list[RowGroup | RowSlice] = []
+    for run in np.split(np.arange(len(files)), breaks):
+        if len(run):
+            u = units[int(unit[run[0]])]
+            lo, hi = int(files[run[0]] - starts[unit[run[0]]]), int(files[run[-1]] - starts[unit[run[0]]]) + 1
+            out.append(u if (lo, hi) == (0, u.num_rows) else RowSlice(u, lo, hi))
+    return out
