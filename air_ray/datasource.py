@@ -31,7 +31,7 @@ from air_core import (
 from air_core import options as check
 
 from . import task_plan
-from .task_read import TaskSource, bytes_type, files_read_fn, files_schema, parquet_read_fn
+from .task_read import TaskSource, bytes_type, files_read_fn, files_schema, pack_read_fn, parquet_read_fn
 
 Shuffle = Literal["files"] | FileShuffleConfig | None
 DEFAULT_BLOCK_BYTES = 128 << 20
@@ -51,7 +51,9 @@ class UCVolumeDatasource(Datasource):
     in a `map`/`map_batches` fused with the read, or ask for `bytes`), `size`,
     and `bytes` with `include_bytes=True`. Parquet mode gives the tables' rows
     with hive partition columns (`split=train/`) kept as string columns; it is
-    chosen automatically when every file is `.parquet`.
+    chosen automatically when every file is `.parquet`. A pack made by
+    `air_core.pack` reads as the files it holds (files-mode rows, `local_path`
+    null), row group by row group.
 
     Args:
         path: a volume folder, `/Volumes/<catalog>/<schema>/<volume>/...` or `dbfs:/Volumes/...`.
@@ -135,7 +137,9 @@ class UCVolumeDatasource(Datasource):
         self._source = resolve_source(path, mode=mode, include=include, exclude=exclude,
                                       file_extensions=file_extensions, delta_table=delta_table,
                                       delta_version=delta_version, spark=spark, cache_dir=cache_dir)
-        parquet = self._source.mode == "parquet"
+        parquet, self._pack = self._source.mode == "parquet", self._source.mode == "pack"
+        if on_error != "raise" and self._pack:
+            raise OptionError(f"on_error= is for loose files: {path} is a pack, read a row group at a time")
         if include_bytes and parquet:
             raise OptionError("include_bytes=True is for files mode: Parquet mode already reads the tables' rows")
         if on_error != "raise" and parquet:
@@ -148,8 +152,9 @@ class UCVolumeDatasource(Datasource):
         self._include_paths = (not parquet) if include_paths is None else bool(include_paths)
         self._include_bytes = bool(include_bytes)
         self._contents_type = bytes_type(int(manifest.sizes.max())) if include_bytes else None
+        read = self._source.shards() if self._pack else manifest  # what tasks fetch: shards, or the files
         self._tasks = TaskSource(
-            root=manifest.root, local_root=volume.parse(manifest.root).local, fingerprint=manifest.fingerprint,
+            root=read.root, local_root=volume.parse(read.root).local, fingerprint=read.fingerprint,
             cache_dir=os.path.abspath(cache_dir or default_dir()), cache_limit=cache_limit, fetch=fetch,
         )
         self._estimate = self._check_share()
@@ -157,7 +162,7 @@ class UCVolumeDatasource(Datasource):
     # -- what Ray asks of a datasource -------------------------------------------------------
 
     def get_name(self) -> str:
-        return "UCVolumeParquet" if self._parquet else "UCVolumeFiles"
+        return "UCVolumeParquet" if self._parquet else "UCVolumePack" if self._pack else "UCVolumeFiles"
 
     def estimate_inmemory_data_size(self) -> int:
         return self._estimate
@@ -187,6 +192,8 @@ class UCVolumeDatasource(Datasource):
         block_bytes = context.target_max_block_size or DEFAULT_BLOCK_BYTES
         if self._parquet:
             return self._parquet_tasks(epoch, parallelism, per_task_row_limit)
+        if self._pack:
+            return self._pack_tasks(epoch, parallelism, per_task_row_limit)
         return self._file_tasks(epoch, parallelism, per_task_row_limit, block_bytes)
 
     # -- planning ------------------------------------------------------------------------------
@@ -210,7 +217,7 @@ class UCVolumeDatasource(Datasource):
     def _check_share(self) -> int:
         """Raise on the driver if this rank would read nothing; return the in-memory size estimate."""
         manifest = self._source.manifest
-        if self._parquet:
+        if self._parquet or self._pack:
             pieces = self._parquet_share(0)
             if not pieces:
                 raise OptionError(
@@ -268,6 +275,23 @@ class UCVolumeDatasource(Datasource):
                 size_bytes=int(sum(task_plan.piece_bytes(p) for p in local)),
                 input_files=[manifest.volume_path(i) for i in files], exec_stats=None,
             )
+            tasks.append(ReadTask(read_fn, meta, schema=schema, per_task_row_limit=row_limit))
+        return tasks
+
+
+    def _pack_tasks(self, epoch: int, parallelism: int, row_limit: int | None) -> list[ReadTask]:
+        pieces, shards = self._parquet_share(epoch), self._source.shards()
+        schema = self.schema()
+        tasks = []
+        for group in task_plan.groups([task_plan.piece_bytes(p) for p in pieces], task_plan.task_count(
+                len(pieces), parallelism)):
+            files, local = task_plan.localize([pieces[k] for k in group])
+            read_fn = pack_read_fn(self._tasks, shards.rows(files), local, root=self._source.manifest.root,
+                                   include_paths=self._include_paths, contents_type=self._contents_type,
+                                   seed=self._seed, epoch=epoch)
+            meta = BlockMetadata(num_rows=sum(p.num_rows for p in local),
+                                 size_bytes=int(sum(task_plan.piece_bytes(p) for p in local)),
+                                 input_files=[shards.volume_path(i) for i in files], exec_stats=None)
             tasks.append(ReadTask(read_fn, meta, schema=schema, per_task_row_limit=row_limit))
         return tasks
 

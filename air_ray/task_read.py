@@ -19,6 +19,7 @@ from air_core import (
     DEFAULT_PREFETCH, Cache, CachedFile, FetchError, Manifest, RowGroup, RowSlice, read_items, unit_of,
     without_skips,
 )
+from air_core.pack_read import read_pieces, shuffled, volume_paths
 from air_core.tabular import read_units
 
 from .task_plan import BINARY_BYTES, binary_block_bytes
@@ -133,6 +134,35 @@ def parquet_read_fn(source: TaskSource, rows: Sequence[Row], pieces: Sequence[Ro
             yield table if columns is None else table.select([c for c in columns if c in table.column_names])
 
     return read_uc_volume_parquet
+
+
+def pack_read_fn(source: TaskSource, rows: Sequence[Row], pieces: Sequence[RowGroup | RowSlice], *, root: str,
+                 include_paths: bool, contents_type: pa.DataType | None, seed: int | None,
+                 epoch: int) -> Callable[[], Iterator[pa.Table]]:
+    """A read task's function over a pack: files-mode rows, one table per row group (or row range).
+
+    `rows` are the shards the pieces touch; `root` is the packed folder, which
+    `path` is given under, as for the loose files. `local_path` is null: a
+    packed file has no copy of its own. With a `seed`, each piece's rows come
+    in a seeded order of their own for this `epoch`.
+    """
+    schema = files_schema(include_paths=include_paths, contents_type=contents_type)
+    columns = ["path", "size"] + (["bytes"] if contents_type is not None else [])
+
+    def read_uc_volume_pack() -> Iterator[pa.Table]:
+        shards = source.manifest(rows)
+        for piece, table in zip(pieces, read_pieces(shards, pieces, source.cache(), columns=columns,
+                                                    local_root=source.local_root)):
+            if seed is not None:
+                table = shuffled(table, piece, seed=seed, epoch=epoch)
+            out = {"path": volume_paths(root, table["path"])} if include_paths else {}
+            out["local_path"] = pa.nulls(table.num_rows, pa.string())
+            out["size"] = table["size"]
+            if contents_type is not None:
+                out["bytes"] = table["bytes"].cast(contents_type)
+            yield pa.Table.from_pydict(out).cast(schema)
+
+    return read_uc_volume_pack
 
 
 def contents(files: Sequence[CachedFile], type: pa.DataType) -> pa.Array:
