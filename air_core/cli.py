@@ -1,4 +1,4 @@
-"""The `air-data` command: demo, stage, export-delta."""
+"""The `air-data` command: demo, stage, export-delta, pack."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import tempfile
 from tqdm import tqdm
 
 from .cli_delta import add_export_delta_command
+from .cli_pack import add_pack_command
 from .errors import AirError
 
 
@@ -53,6 +54,7 @@ def parser() -> argparse.ArgumentParser:
     st.set_defaults(func=_stage)
 
     add_export_delta_command(sub)
+    add_pack_command(sub)
     return p
 
 

@@ -34,10 +34,8 @@ import shutil
 import tempfile
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
-import pyarrow as pa
-import pyarrow.parquet as pq
 from tqdm import tqdm
 
 from . import options, volume
@@ -49,6 +47,9 @@ from .manifest import Manifest, list_folder
 from .pack_layout import layout, parse_size
 from .pack_store import GENERATIONS, INDEX, MARKER, POINTER, POINTER_TMP, marker, point_at, read_pointer, shard_name, \
     write_whole
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 DEFAULT_SHARD_SIZE = 1 << 30
 DEFAULT_ROW_GROUP_SIZE = 16 << 20
@@ -202,6 +203,9 @@ def _result(d: volume.VolumePath, name: str, manifest: Manifest, *, written: int
 def _write_shards(manifest: Manifest, shards: list[list[tuple[int, int]]], todo: list[int], folder: str, *,
                   labels: bool, threads: int, progress: bool) -> None:
     """Build each shard in `todo` on local disk and copy it onto the volume while the next one is built."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
     root, local_root = manifest.root, volume.parse(manifest.root).local
     paths, sizes, mtimes = manifest.paths, manifest.sizes, manifest.mtimes
     largest_group = max((int(sizes[a:b].sum()) for groups in shards for a, b in groups), default=0)
@@ -239,12 +243,16 @@ def _write_shards(manifest: Manifest, shards: list[list[tuple[int, int]]], todo:
 
 
 def _schema(labels: bool, binary: pa.DataType) -> pa.Schema:
+    import pyarrow as pa
+
     fields = [pa.field("path", pa.string()), pa.field("size", pa.int64()), pa.field("mtime", pa.int64()),
               pa.field("bytes", binary)]
     return pa.schema(fields + ([pa.field("label", pa.string())] if labels else []))
 
 
 def _rows(manifest: Manifest, a: int, b: int, blobs: list[bytes], schema: pa.Schema) -> pa.Table:
+    import pyarrow as pa
+
     paths = manifest.paths[a:b]
     cols = {"path": paths, "size": manifest.sizes[a:b], "mtime": manifest.mtimes[a:b], "bytes": blobs}
     if "label" in schema.names:
