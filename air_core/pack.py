@@ -45,8 +45,8 @@ from .errors import VolumePathError
 from .fetch import ordered_map, retrying
 from .manifest import Manifest, list_folder
 from .pack_layout import layout, parse_size
-from .pack_store import GENERATIONS, INDEX, MARKER, POINTER, POINTER_TMP, marker, point_at, read_pointer, shard_name, \
-    write_whole
+from .pack_store import GENERATIONS, INDEX, MARKER, OFFSETS, POINTER, POINTER_TMP, marker, offsets_name, point_at, \
+    read_pointer, shard_name, write_whole
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -142,7 +142,7 @@ def pack(
         todo = [k for k in range(len(shards)) if not os.path.exists(os.path.join(folder, shard_name(k)))]
         labels = all("/" in p for p in manifest.paths)
         _write_shards(manifest, shards, todo, folder, labels=labels, threads=threads, progress=progress)
-        _write_index(manifest, folder)
+        _write_index(manifest, folder, len(shards))
         listed = [{"name": shard_name(k), "size": os.path.getsize(os.path.join(folder, shard_name(k))),
                    "row_groups": [[b - a, int(manifest.sizes[a:b].sum())] for a, b in groups]}
                   for k, groups in enumerate(shards)]
@@ -227,13 +227,17 @@ def _write_shards(manifest: Manifest, shards: list[list[tuple[int, int]]], todo:
                 tqdm(total=total, unit="B", unit_scale=True, desc="pack", disable=not progress) as bar:
             for k in todo:
                 local = os.path.join(stage, shard_name(k))
+                offsets: list[int] = []
                 with pq.ParquetWriter(local, schema, compression={"bytes": "none"}, use_dictionary=["label"],
-                                      write_statistics=["path", "size", "mtime", "label"]) as writer:
+                                      write_statistics=["path", "size", "mtime", "label"]) as writer, \
+                        open(local, "rb", buffering=0) as written:
                     for a, b in shards[k]:
                         blobs = [next(contents) for _ in range(a, b)]
-                        writer.write_table(_rows(manifest, a, b, blobs, schema))
+                        start = os.fstat(written.fileno()).st_size
+                        writer.write_table(_rows(manifest, a, b, blobs, schema))  # the row group is on disk now
+                        offsets += _locate(blobs, written, start)
                         bar.update(sum(map(len, blobs)))
-                copies.append(copier.submit(_copy_onto_volume, local, os.path.join(folder, shard_name(k))))
+                copies.append(copier.submit(_copy_shard, local, offsets, folder, k))
                 while len(copies) > 1:  # at most one shard copying while the next one is built
                     copies.pop(0).result()
             for c in copies:
@@ -260,6 +264,41 @@ def _rows(manifest: Manifest, a: int, b: int, blobs: list[bytes], schema: pa.Sch
     return pa.Table.from_pydict(cols, schema=schema)
 
 
+def _locate(blobs: list[bytes], written, start: int) -> list[int]:
+    """Where each of `blobs` sits in the shard: the row group just written from `start` on.
+
+    Uncompressed, without a dictionary, Parquet stores each value whole,
+    after its length as 4 bytes, in order, with a page header between pages.
+    So each value is the first place past the previous one where its length
+    and then itself are found. Readers of a stream then read a file with one
+    `pread` from the cached shard, as they read a loose file, instead of
+    decoding its row group.
+    """
+    region = memoryview(os.pread(written.fileno(), os.fstat(written.fileno()).st_size - start, start))
+    raw = region.obj
+    out, at = [], 0
+    for blob in blobs:
+        head = len(blob).to_bytes(4, "little") + blob[:12]  # short: finding it costs a scan of a page header
+        found = raw.find(head, at)
+        while found >= 0 and region[found + 4:found + 4 + len(blob)] != blob:
+            found = raw.find(head, found + 1)
+        if found < 0:
+            raise AssertionError("a packed file was not stored whole in its shard")  # see the writer's options
+        out.append(start + found + 4)
+        at = found + 4 + len(blob)
+    return out
+
+
+def _copy_shard(local: str, offsets: list[int], folder: str, k: int) -> None:
+    """Copy shard `k` onto the volume after its files' offsets: a shard that is there always has them."""
+    import numpy as np
+
+    offsets_file = f"{local}.offsets"
+    np.asarray(offsets, dtype="<i8").tofile(offsets_file)
+    _copy_onto_volume(offsets_file, os.path.join(folder, offsets_name(k)))
+    _copy_onto_volume(local, os.path.join(folder, shard_name(k)))
+
+
 def _copy_onto_volume(local: str, target: str) -> None:
     """Copy a local file onto the volume front to back under a hidden name, rename it into place, drop the local one.
 
@@ -274,12 +313,18 @@ def _copy_onto_volume(local: str, target: str) -> None:
     os.unlink(local)
 
 
-def _write_index(manifest: Manifest, folder: str) -> None:
-    """The packed files' listing, which readers plan from without opening a shard."""
+def _write_index(manifest: Manifest, folder: str, shards: int) -> None:
+    """The packed files' listing, and where each sits in its shard, which readers plan and read from."""
     with tempfile.TemporaryDirectory(prefix="air-pack-") as stage:
         local = os.path.join(stage, INDEX)
         manifest.save(local)
         _copy_onto_volume(local, os.path.join(folder, INDEX))
+        local = os.path.join(stage, OFFSETS)
+        with open(local, "wb") as out:
+            for k in range(shards):
+                with open(os.path.join(folder, offsets_name(k)), "rb") as part:
+                    shutil.copyfileobj(part, out)
+        _copy_onto_volume(local, os.path.join(folder, OFFSETS))
 
 
 __all__ = ["DEFAULT_ROW_GROUP_SIZE", "DEFAULT_SHARD_SIZE", "PackResult", "pack"]

@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import hashlib
 import os
-from typing import Iterator, Sequence
+import queue
+import threading
+from typing import Iterator, Sequence, TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -24,14 +26,16 @@ from . import volume
 from .cache import Cache
 from .errors import VolumePathError
 from .manifest import Manifest, list_folder
-from .pack_store import INDEX, Generation
+from .pack_store import INDEX, OFFSETS, Generation
 from .plan import _epoch_order
 from .row_plan import RowGroup, RowSlice, unit_of
-from .stream import CachedFile
+from .stream import CachedFile, read_items
 from .tabular import read_units
 
 SHARDS_AHEAD = 2  # the shard being decoded and the next one, fetched meanwhile
 SHARD_THREADS = 2
+TABLES_AHEAD = 2
+T = TypeVar("T")
 
 
 def index(generation: Generation, cache_dir: str | None) -> Manifest:
@@ -39,18 +43,21 @@ def index(generation: Generation, cache_dir: str | None) -> Manifest:
 
     Read through the node cache: every process of the node maps one local copy.
     """
-    vpath = f"{generation.path}/{INDEX}"
-    local = f"{volume.parse(generation.path).local}/{INDEX}"
+    m = Manifest.load(_cached(generation, INDEX, cache_dir))
+    # The same files as the loose folder, but planned by row group: a state saved over one must not resume the other.
+    fingerprint = hashlib.sha256(f"pack\n{generation.path}\n{m.fingerprint}".encode()).hexdigest()[:32]
+    return Manifest(m.root, m._blob, m._offsets, m.sizes, m.mtimes, fingerprint)
+
+
+def _cached(generation: Generation, name: str, cache_dir: str | None) -> str:
+    """A local copy of the generation's file `name`, through the node cache."""
+    vpath, local = f"{generation.path}/{name}", f"{volume.parse(generation.path).local}/{name}"
     try:
         st = os.stat(local)
     except FileNotFoundError:
         raise VolumePathError(f"{vpath} is missing: the pack is incomplete or was changed by hand; "
                               "pack the source again") from None
-    entry = Cache(cache_dir).get(local, vpath, st.st_size, st.st_mtime_ns) or local
-    m = Manifest.load(entry)
-    # The same files as the loose folder, but planned by row group: a state saved over one must not resume the other.
-    fingerprint = hashlib.sha256(f"pack\n{generation.path}\n{m.fingerprint}".encode()).hexdigest()[:32]
-    return Manifest(m.root, m._blob, m._offsets, m.sizes, m.mtimes, fingerprint)
+    return Cache(cache_dir).get(local, vpath, st.st_size, st.st_mtime_ns) or local
 
 
 def units(generation: Generation) -> list[RowGroup]:
@@ -75,29 +82,92 @@ def shards(generation: Generation) -> Manifest:
 
 def read_pieces(shard_files: Manifest, pieces: Sequence[RowGroup | RowSlice], cache: Cache, *,
                 columns: Sequence[str], local_root: str | None = None) -> Iterator[pa.Table]:
-    """One table per piece of the pack (a row group, or rows of one), its shards fetched ahead."""
-    return read_units(shard_files, pieces, cache, columns=columns, fetch_threads=SHARD_THREADS,
-                      prefetch=SHARDS_AHEAD, prefetch_bytes=1 << 62, local_root=local_root)
+    """One table per piece of the pack (a row group, or rows of one), its shards fetched ahead.
+
+    Pieces are decoded on a thread of their own, `TABLES_AHEAD` ahead of the
+    consumer: Parquet decoding releases the GIL, so it overlaps the
+    consumer's work on the previous piece (a third of a warm pass's time).
+    """
+    return _ahead(read_units(shard_files, pieces, cache, columns=columns, fetch_threads=SHARD_THREADS,
+                             prefetch=SHARDS_AHEAD, prefetch_bytes=1 << 62, local_root=local_root), TABLES_AHEAD)
 
 
-def read_files(manifest: Manifest, row_groups: Sequence[RowGroup], shard_files: Manifest, items: Sequence[int],
-               cache: Cache) -> Iterator[CachedFile]:
+def _ahead(source: Iterator[T], depth: int) -> Iterator[T]:
+    """`source`'s items, produced on a daemon thread up to `depth` ahead of the consumer; errors raised in order."""
+    ready: queue.Queue = queue.Queue(depth)
+    stop = threading.Event()
+    end = object()
+
+    def produce() -> None:
+        try:
+            for item in source:
+                while not stop.is_set():
+                    try:
+                        ready.put((True, item), timeout=0.1)
+                        break
+                    except queue.Full:
+                        continue
+                if stop.is_set():
+                    return
+            ready.put((True, end))
+        except BaseException as e:  # raised on the consumer's thread
+            ready.put((False, e))
+
+    threading.Thread(target=produce, name="air-pack-decode", daemon=True).start()
+    try:
+        while True:
+            ok, item = ready.get()
+            if not ok:
+                raise item
+            if item is end:
+                return
+            yield item
+    finally:
+        stop.set()
+
+
+def offsets(generation: Generation, cache_dir: str | None) -> np.ndarray:
+    """Where each packed file's bytes start in its shard, in listing order (read through the node cache).
+
+    Mapped, so a node's processes share its pages.
+    """
+    return np.memmap(_cached(generation, OFFSETS, cache_dir), dtype="<i8", mode="r")
+
+
+def read_files(manifest: Manifest, starts: np.ndarray, row_groups: Sequence[RowGroup], shard_files: Manifest,
+               items: Sequence[int], cache: Cache) -> Iterator[CachedFile]:
     """The packed files `items` (positions in `manifest`), in order, with their bytes in `data`.
 
-    Consecutive items of one row group are read from one decode of it.
+    `starts` are where each file's bytes start in its shard (see `offsets`).
+    Shards are fetched whole into the node cache, `SHARDS_AHEAD` ahead, in the
+    order the items first need them; each file is then one `pread` from the
+    cached copy, as a loose file is one read: no decoding.
     """
-    starts = np.cumsum([0] + [u.num_rows for u in row_groups])
+    bounds = np.cumsum([0] + [u.num_rows for u in row_groups])
+    shard_of_unit = np.array([u.file for u in row_groups], dtype=np.int64)
     items = np.asarray(items, dtype=np.int64)
-    unit = np.searchsorted(starts, items, side="right") - 1
-    cut = np.flatnonzero(np.diff(unit)) + 1
-    runs = [(int(unit[run[0]]), items[run]) for run in np.split(np.arange(len(items)), cut) if len(run)]
-    pieces = [RowSlice(row_groups[u], int(f.min() - starts[u]), int(f.max() - starts[u]) + 1) for u, f in runs]
+    shard = shard_of_unit[np.searchsorted(bounds, items, side="right") - 1]
+    order = shard[np.flatnonzero(np.diff(shard, prepend=-1))].tolist()  # a shard per run of its files
+    fetched = read_items(shard_files, order, cache, fetch_threads=SHARD_THREADS, prefetch=SHARDS_AHEAD,
+                         prefetch_bytes=1 << 62)
     root, paths, sizes = manifest.root, manifest.paths, manifest.sizes
-    for (u, files), piece, table in zip(runs, pieces, read_pieces(shard_files, pieces, cache, columns=["bytes"])):
-        blobs = table.column(0).to_pylist()
-        first = int(starts[u]) + piece.start
-        for i in files.tolist():
-            yield CachedFile(f"{root}/{paths[i]}", "", int(sizes[i]), i, data=blobs[i - first])
+    open_shard, fd, held = -1, -1, None
+    try:
+        for i, k in zip(items.tolist(), shard.tolist()):
+            if k != open_shard:
+                if fd >= 0:
+                    os.close(fd)
+                    fd = -1
+                f = next(fetched)  # a shard read again after another is a cache hit
+                open_shard, held = k, f.data
+                if held is None:
+                    fd = os.open(f.local_path, os.O_RDONLY)
+            size, at = int(sizes[i]), int(starts[i])
+            data = held[at:at + size] if held is not None else os.pread(fd, size, at)
+            yield CachedFile(f"{root}/{paths[i]}", "", size, i, data=data)
+    finally:
+        if fd >= 0:
+            os.close(fd)
 
 
 def shuffled(table: pa.Table, piece: RowGroup | RowSlice, *, seed: int, epoch: int) -> pa.Table:

@@ -9,6 +9,7 @@ current generation:
     dst/_air_pack.json                       the pointer: which generation is current (+ retired ones)
     dst/_packs/<generation>/part-00000.parquet ...   the shards: a row per packed file
     dst/_packs/<generation>/_index.listing           the packed files' listing (air_core.Manifest)
+    dst/_packs/<generation>/_offsets                 where each file's bytes start in its shard (int64, LE)
     dst/_packs/<generation>/_pack.json               the generation's marker, written last
 
 A generation is named for what it packs (source, its fingerprint, sizes), so
@@ -37,6 +38,7 @@ POINTER = "_air_pack.json"
 GENERATIONS = "_packs"
 MARKER = "_pack.json"
 INDEX = "_index.listing"
+OFFSETS = "_offsets"
 FORMAT = 1
 POINTER_TMP = f".{POINTER}."
 
@@ -82,6 +84,11 @@ class Generation:
 def shard_name(k: int) -> str:
     """The file name of shard `k`."""
     return f"part-{k:05d}.parquet"
+
+
+def offsets_name(k: int) -> str:
+    """The file that holds shard `k`'s offsets until the generation's `OFFSETS` gathers them all."""
+    return f"_part-{k:05d}.offsets"
 
 
 def pack_folder(path: str) -> str | None:
