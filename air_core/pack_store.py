@@ -8,9 +8,13 @@ current generation:
 
     dst/_air_pack.json                       the pointer: which generation is current (+ retired ones)
     dst/_packs/<generation>/part-00000.parquet ...   the shards: a row per packed file
-    dst/_packs/<generation>/_index.listing           the packed files' listing (air_core.Manifest)
-    dst/_packs/<generation>/_offsets                 where each file's bytes start in its shard (int64, LE)
-    dst/_packs/<generation>/_pack.json               the generation's marker, written last
+    dst/_packs/<generation>/.index.listing           the packed files' listing (air_core.Manifest)
+    dst/_packs/<generation>/.offsets                 where each file's bytes start in its shard (int64, LE)
+    dst/_packs/<generation>/.pack.json               the generation's marker, written last
+
+The generation's own files are hidden (a leading `.`), so that a reader given
+its folder (`load_dataset("parquet", data_dir=...)`, Spark, DuckDB) finds
+exactly the shards.
 
 A generation is named for what it packs (source, its fingerprint, sizes), so
 a run that was killed finds its folder again and keeps the shards it
@@ -36,9 +40,9 @@ from .errors import VolumePathError
 
 POINTER = "_air_pack.json"
 GENERATIONS = "_packs"
-MARKER = "_pack.json"
-INDEX = "_index.listing"
-OFFSETS = "_offsets"
+MARKER = ".pack.json"
+INDEX = ".index.listing"
+OFFSETS = ".offsets"
 FORMAT = 1
 POINTER_TMP = f".{POINTER}."
 
@@ -88,7 +92,7 @@ def shard_name(k: int) -> str:
 
 def offsets_name(k: int) -> str:
     """The file that holds shard `k`'s offsets until the generation's `OFFSETS` gathers them all."""
-    return f"_part-{k:05d}.offsets"
+    return f".part-{k:05d}.offsets"
 
 
 def pack_folder(path: str) -> str | None:

@@ -2,7 +2,9 @@
 
 Columns are built from the shards' Arrow columns, never file by file: a
 row group of ~100 images becomes one table without a Python object per file.
-`local_path` is null: a packed file has no copy of its own on disk.
+`local_path` is empty: a packed file has no copy of its own on disk (empty
+rather than null, so that torch's default collate takes rows as it takes
+the loose files' rows).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from air_core.pack_read import volume_paths
 def table(shard_rows: pa.Table, root: str, features: datasets.Features, schema: pa.Schema, decode: str) -> pa.Table:
     """Rows (`features`, whose Arrow schema is `schema`) for the shard rows of one piece of the pack."""
     paths = volume_paths(root, shard_rows["path"])
-    cols = {"path": paths, "local_path": pa.nulls(shard_rows.num_rows, pa.string()), "size": shard_rows["size"]}
+    cols = {"path": paths, "local_path": pa.array([""] * shard_rows.num_rows, pa.string()), "size": shard_rows["size"]}
     if decode == "bytes":
         cols["bytes"] = shard_rows["bytes"].cast(schema.field("bytes").type)
     elif decode == "text":

@@ -53,7 +53,7 @@ class UCVolumeDatasource(Datasource):
     with hive partition columns (`split=train/`) kept as string columns; it is
     chosen automatically when every file is `.parquet`. A pack made by
     `air_core.pack` reads as the files it holds (files-mode rows, `local_path`
-    null), row group by row group.
+    empty), row group by row group.
 
     Args:
         path: a volume folder, `/Volumes/<catalog>/<schema>/<volume>/...` or `dbfs:/Volumes/...`.

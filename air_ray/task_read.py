@@ -142,7 +142,7 @@ def pack_read_fn(source: TaskSource, rows: Sequence[Row], pieces: Sequence[RowGr
     """A read task's function over a pack: files-mode rows, one table per row group (or row range).
 
     `rows` are the shards the pieces touch; `root` is the packed folder, which
-    `path` is given under, as for the loose files. `local_path` is null: a
+    `path` is given under, as for the loose files. `local_path` is empty: a
     packed file has no copy of its own. With a `seed`, each piece's rows come
     in a seeded order of their own for this `epoch`.
     """
@@ -156,7 +156,7 @@ def pack_read_fn(source: TaskSource, rows: Sequence[Row], pieces: Sequence[RowGr
             if seed is not None:
                 table = shuffled(table, piece, seed=seed, epoch=epoch)
             out = {"path": volume_paths(root, table["path"])} if include_paths else {}
-            out["local_path"] = pa.nulls(table.num_rows, pa.string())
+            out["local_path"] = pa.array([""] * table.num_rows, pa.string())
             out["size"] = table["size"]
             if contents_type is not None:
                 out["bytes"] = table["bytes"].cast(contents_type)

@@ -286,7 +286,7 @@ def test_ray_reads_a_pack_as_the_loose_files(volume, ray_cluster):
     pack(volume.path("d"), volume.path("packed"), shard_size=SHARD, row_group_size=SHARD // 4)
     rows = read_uc_volume(volume.path("packed"), include_bytes=True).take_all()
     assert sorted((r["path"], r["bytes"]) for r in rows) == sorted(loose.items())
-    assert all(r["size"] == len(r["bytes"]) and r["local_path"] is None for r in rows)
+    assert all(r["size"] == len(r["bytes"]) and r["local_path"] == "" for r in rows)
     counts = [read_uc_volume(volume.path("packed"), rank=r, world_size=4, equalize="pad").count() for r in range(4)]
     assert counts == [23] * 4
 
@@ -302,3 +302,19 @@ def test_torch_dataset_over_a_pack_yields_named_in_memory_files(volume):
     got = [(f.name, f.read()) for f in loader]
     assert all(isinstance(f, PackedFile) for f in UCVolumeDataset(volume.path("packed")))
     assert sorted(got) == sorted(loose.items())  # each file once, whole
+
+
+@pytest.mark.slow
+def test_notebook_runs(tmp_path, monkeypatch):
+    """notebooks/pack.ipynb runs from top to bottom on the venv's python3 kernel."""
+    nbformat = pytest.importorskip("nbformat")
+    from nbclient import NotebookClient
+
+    monkeypatch.delenv("AIR_VOLUMES_ROOT", raising=False)
+    monkeypatch.delenv("AIR_CACHE_DIR", raising=False)
+    nb = nbformat.read(Path(__file__).resolve().parent.parent / "notebooks" / "pack.ipynb", as_version=4)
+    NotebookClient(nb, kernel_name="python3", timeout=300, resources={"metadata": {"path": str(tmp_path)}}).execute()
+    printed = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []))
+    assert "packed 300 files" in printed and "writes nothing: True" in printed
+    assert "same rows as the loose files: True | 300 rows" in printed and "nothing twice: True" in printed
+    assert "a reader made before still reads 300 files; a new one reads 301" in printed
