@@ -274,14 +274,15 @@ def _locate(blobs: list[bytes], written, start: int) -> list[int]:
     `pread` from the cached shard, as they read a loose file, instead of
     decoding its row group.
     """
-    region = memoryview(os.pread(written.fileno(), os.fstat(written.fileno()).st_size - start, start))
-    raw = region.obj
+    region = os.pread(written.fileno(), os.fstat(written.fileno()).st_size - start, start)
     out, at = [], 0
     for blob in blobs:
-        head = len(blob).to_bytes(4, "little") + blob[:12]  # short: finding it costs a scan of a page header
-        found = raw.find(head, at)
-        while found >= 0 and region[found + 4:found + 4 + len(blob)] != blob:
-            found = raw.find(head, found + 1)
+        # Short, so finding it scans at most a page header; its tail is checked too (a whole compare
+        # would cost another pass over the data, and nothing but the value itself fits both ends).
+        head, tail = len(blob).to_bytes(4, "little") + blob[:12], blob[-12:]
+        found = region.find(head, at)
+        while found >= 0 and not region.startswith(tail, found + 4 + len(blob) - len(tail)):
+            found = region.find(head, found + 1)
         if found < 0:
             raise AssertionError("a packed file was not stored whole in its shard")  # see the writer's options
         out.append(start + found + 4)

@@ -10,6 +10,7 @@ current generation:
     dst/_packs/<generation>/part-00000.parquet ...   the shards: a row per packed file
     dst/_packs/<generation>/.index.listing           the packed files' listing (air_core.Manifest)
     dst/_packs/<generation>/.offsets                 where each file's bytes start in its shard (int64, LE)
+    dst/_packs/<generation>/.part-00000.offsets ...  the same, per shard, copied before the shard
     dst/_packs/<generation>/.pack.json               the generation's marker, written last
 
 The generation's own files are hidden (a leading `.`), so that a reader given
@@ -28,6 +29,7 @@ read one generation to its end: a replaced generation is kept for
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -183,17 +185,26 @@ def point_at(vp: volume.VolumePath, generation: str) -> None:
 
 
 def _sweep(vp: volume.VolumePath, current: str, retired: dict[str, float], now: float) -> None:
-    """Remove generations retired `GRACE_SECONDS` ago, and leftovers of other runs untouched as long."""
+    """Remove generations retired `GRACE_SECONDS` ago, and leftovers of other runs untouched as long.
+
+    Leftovers are whole generations a killed run began, and in the current
+    one the hidden copies that a killed run left unfinished (`*.part`).
+    """
     root = os.path.join(vp.local, GENERATIONS)
     for entry in os.scandir(root):
         name = f"{GENERATIONS}/{entry.name}"
         if name == current:
+            for part in os.scandir(entry.path):
+                with contextlib.suppress(FileNotFoundError):  # another packer's copy, renamed meanwhile
+                    if part.name.endswith(".part") and now - part.stat().st_mtime >= GRACE_SECONDS:
+                        os.unlink(part.path)
             continue
-        since = retired.get(name)
-        if since is None:
-            since = max([entry.stat().st_mtime] + [e.stat().st_mtime for e in os.scandir(entry.path)])
-        if now - since >= GRACE_SECONDS:
-            shutil.rmtree(entry.path, ignore_errors=True)  # another packer may sweep it too: gone is fine
+        with contextlib.suppress(FileNotFoundError):  # another packer may sweep it too: gone is fine
+            since = retired.get(name)
+            if since is None:
+                since = max([entry.stat().st_mtime] + [e.stat().st_mtime for e in os.scandir(entry.path)])
+            if now - since >= GRACE_SECONDS:
+                shutil.rmtree(entry.path, ignore_errors=True)
 
 
 __all__ = ["GENERATIONS", "INDEX", "MARKER", "POINTER", "Generation", "Shard", "load_generation", "pack_folder",
