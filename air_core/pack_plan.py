@@ -127,3 +127,19 @@ def pieces(units: Sequence[RowGroup], files: Sequence[int]) -> list[RowGroup | R
             lo, hi = int(files[run[0]] - starts[unit[run[0]]]), int(files[run[-1]] - starts[unit[run[0]]]) + 1
             out.append(u if (lo, hi) == (0, u.num_rows) else RowSlice(u, lo, hi))
     return out
+
+
+def files_of(units: Sequence[RowGroup], pieces: Sequence[RowGroup | RowSlice], *, seed: int = 0,
+             shuffle: bool = False, epoch: int = 0) -> list[int]:
+    """The pack's files that `pieces` hold, piece by piece: in pack order, or in a seeded order inside each piece."""
+    starts = dict(zip(((u.file, u.row_group) for u in units), np.cumsum([0] + [u.num_rows for u in units])))
+    out: list[int] = []
+    for piece in pieces:
+        unit = piece.unit if isinstance(piece, RowSlice) else piece
+        lo, hi = (piece.start, piece.stop) if isinstance(piece, RowSlice) else (0, unit.num_rows)
+        files = np.arange(lo, hi) + starts[unit.file, unit.row_group]
+        if shuffle:
+            seeded = f"{seed}/{unit.file}/{unit.row_group}"
+            files = files[_epoch_order(len(files), epoch, seeded, True)]  # type: ignore[arg-type]
+        out += files.tolist()
+    return out

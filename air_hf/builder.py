@@ -7,7 +7,7 @@ non-streaming load is rebuilt when files change). What to read is resolved by
 listing to DataLoader workers as a file in the node cache folder. Shards are lists of
 manifest indices (files mode) or of row ranges (Parquet mode, and pack mode:
 a pack made by `air_core.pack` gives the rows files mode gives for the loose
-files, read row group by row group). Every read goes through the core's node
+files, each read from its shard's cached copy, row group by row group). Every read goes through the core's node
 cache and fetch pool, ahead of the consumer.
 """
 
@@ -28,7 +28,7 @@ from air_core import (
 from air_core import options as check
 from air_core import pack_plan, pack_read
 
-from . import pack_rows, rows
+from . import rows
 from .shards import file_shards, row_shards, shard_count
 from .split_layout import by_split
 
@@ -210,24 +210,18 @@ class UCVolume(datasets.ArrowBasedBuilder):
             names = list(self._features)
             yield from enumerate(t.select(names) for t in tables)
             return
-        if self._source.mode == "pack":
-            yield from enumerate(self._pack_tables(shards, cache))
-            return
-        items = [i for shard in shards for i in shard]
         features = self._features
         schema = features.arrow_schema
-        files = without_skips(read_items(manifest, items, cache, fetch_threads=threads, on_error=c.on_error),
-                              keep_count=c.equalize != "none")
+        if self._source.mode == "pack":  # files mode's rows, each file read from its shard's cached copy
+            source = self._source
+            pieces = [piece for shard in shards for piece in shard]
+            items = pack_plan.files_of(source.units(), pieces, seed=c.seed, shuffle=c.shuffle)
+            starts = pack_read.offsets(source.generation(), c.node_cache_dir)
+            files = pack_read.read_files(manifest, starts, source.units(), source.shards(), items, cache)
+        else:
+            items = [i for shard in shards for i in shard]
+            files = without_skips(read_items(manifest, items, cache, fetch_threads=threads, on_error=c.on_error),
+                                  keep_count=c.equalize != "none")
         for k, batch in enumerate(iter(lambda: list(islice(files, FILES_PER_TABLE)), [])):
             yield k, rows.table(batch, manifest, features, schema, c.decode,
                                 embed_media=self._embed_media)
-
-    def _pack_tables(self, shards: list, cache: Cache) -> Iterator[pa.Table]:
-        c, features = self.config, self._features
-        schema, root = features.arrow_schema, self._source.manifest.root
-        pieces = [piece for shard in shards for piece in shard]
-        columns = ["path", "size"] + (["bytes"] if c.decode != "path" else []) + (["label"] if c.labels else [])
-        for piece, rows in zip(pieces, pack_read.read_pieces(self._source.shards(), pieces, cache, columns=columns)):
-            if c.shuffle:
-                rows = pack_read.shuffled(rows, piece, seed=c.seed, epoch=0)
-            yield pack_rows.table(rows, root, features, schema, c.decode)
