@@ -20,15 +20,23 @@ import shutil
 from common import SHARED, VOLUME, emit, measure
 
 PACK = r"""
-import json, shutil, sys, time
-from air_core import pack
+import json, os, shutil, sys, time
+from air_core import pack, volume
 src, dst = sys.argv[1], sys.argv[2]
 shutil.rmtree(sys.argv[3], ignore_errors=True)
 t = time.perf_counter()
 r = pack(src, dst)
 dt = time.perf_counter() - t
+# What writing onto this volume costs by itself (a local disk here, object storage on Databricks): one
+# shard copied onto it again, as the pack copies each shard.
+shard = os.path.join(volume.parse(r.path).local, r.shards[0])
+t = time.perf_counter()
+shutil.copyfile(shard, shard + ".copy")
+copy_s = time.perf_counter() - t
+os.unlink(shard + ".copy")
 print(json.dumps({"system": "pack", "files": r.files, "shards": len(r.shards), "GB": round(r.bytes / 1e9, 2),
-                  "pack_s": round(dt, 2), "files_per_s": round(r.files / dt), "path": r.path}))
+                  "pack_s": round(dt, 2), "files_per_s": round(r.files / dt), "path": r.path,
+                  "volume_write_MBps": round(os.path.getsize(shard) / copy_s / 1e6)}))
 """
 
 # Each reader: (setup code, code of one epoch that leaves the files read in `n` and their bytes in `b`).
