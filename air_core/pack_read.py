@@ -1,41 +1,35 @@
-"""Reading a pack as the files it holds: its listing, its row groups, and their rows through the node cache.
+"""Reading a pack as the files it holds: its listing, its row groups, and each file through the node cache.
 
 A generation's shards are fetched whole into the node cache, as any large
 file is: in concurrent 16 MiB ranges, each its own open (bandwidth is per
-open file), a couple of shards ahead of the consumer. A stream then decodes
-only its own row groups from the local copy. Fetching only a stream's byte
-ranges would save the rest of each shard on nodes that read a part of it;
-the cache keys whole files, and a rank's share is a contiguous run of row
-groups, so a node fetches its own shards plus at most the two it shares
-with its neighbours.
+open file), a couple of shards ahead of the consumer. Each file is then one
+`pread` of its bytes from the cached copy, where the pack recorded them
+(`.offsets`): no Parquet decoding, one copy, as a loose file is one read.
+
+Fetching only a stream's byte ranges would spare the rest of each shard on
+nodes that read a part of it; the cache keys whole files, and a rank's share
+is a contiguous run of row groups, so a node fetches its own shards plus at
+most the two it shares with its neighbours.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
-import queue
-import threading
-from typing import Iterator, Sequence, TypeVar
+from typing import Iterator, Sequence
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.compute as pc
 
 from . import volume
 from .cache import Cache
 from .errors import VolumePathError
 from .manifest import Manifest, list_folder
 from .pack_store import INDEX, OFFSETS, Generation
-from .plan import _epoch_order
-from .row_plan import RowGroup, RowSlice, unit_of
+from .row_plan import RowGroup
 from .stream import CachedFile, read_items
-from .tabular import read_units
 
-SHARDS_AHEAD = 2  # the shard being decoded and the next one, fetched meanwhile
+SHARDS_AHEAD = 2  # the shard being read and the next one, fetched meanwhile
 SHARD_THREADS = 2
-TABLES_AHEAD = 2
-T = TypeVar("T")
 
 
 def index(generation: Generation, cache_dir: str | None) -> Manifest:
@@ -80,52 +74,6 @@ def shards(generation: Generation) -> Manifest:
     return listed
 
 
-def read_pieces(shard_files: Manifest, pieces: Sequence[RowGroup | RowSlice], cache: Cache, *,
-                columns: Sequence[str], local_root: str | None = None) -> Iterator[pa.Table]:
-    """One table per piece of the pack (a row group, or rows of one), its shards fetched ahead.
-
-    Pieces are decoded on a thread of their own, `TABLES_AHEAD` ahead of the
-    consumer: Parquet decoding releases the GIL, so it overlaps the
-    consumer's work on the previous piece (a third of a warm pass's time).
-    """
-    return _ahead(read_units(shard_files, pieces, cache, columns=columns, fetch_threads=SHARD_THREADS,
-                             prefetch=SHARDS_AHEAD, prefetch_bytes=1 << 62, local_root=local_root), TABLES_AHEAD)
-
-
-def _ahead(source: Iterator[T], depth: int) -> Iterator[T]:
-    """`source`'s items, produced on a daemon thread up to `depth` ahead of the consumer; errors raised in order."""
-    ready: queue.Queue = queue.Queue(depth)
-    stop = threading.Event()
-    end = object()
-
-    def produce() -> None:
-        try:
-            for item in source:
-                while not stop.is_set():
-                    try:
-                        ready.put((True, item), timeout=0.1)
-                        break
-                    except queue.Full:
-                        continue
-                if stop.is_set():
-                    return
-            ready.put((True, end))
-        except BaseException as e:  # raised on the consumer's thread
-            ready.put((False, e))
-
-    threading.Thread(target=produce, name="air-pack-decode", daemon=True).start()
-    try:
-        while True:
-            ok, item = ready.get()
-            if not ok:
-                raise item
-            if item is end:
-                return
-            yield item
-    finally:
-        stop.set()
-
-
 def offsets(generation: Generation, cache_dir: str | None) -> np.ndarray:
     """Where each packed file's bytes start in its shard, in listing order (read through the node cache).
 
@@ -134,22 +82,27 @@ def offsets(generation: Generation, cache_dir: str | None) -> np.ndarray:
     return np.memmap(_cached(generation, OFFSETS, cache_dir), dtype="<i8", mode="r")
 
 
-def read_files(manifest: Manifest, starts: np.ndarray, row_groups: Sequence[RowGroup], shard_files: Manifest,
-               items: Sequence[int], cache: Cache) -> Iterator[CachedFile]:
+def shard_of(row_groups: Sequence[RowGroup]) -> np.ndarray:
+    """The shard of each packed file, in listing order."""
+    return np.repeat([u.file for u in row_groups], [u.num_rows for u in row_groups]).astype(np.int64)
+
+
+def read_files(manifest: Manifest, starts: np.ndarray, shards: np.ndarray, shard_files: Manifest,
+               items: Sequence[int], cache: Cache, *, local_root: str | None = None) -> Iterator[CachedFile]:
     """The packed files `items` (positions in `manifest`), in order, with their bytes in `data`.
 
-    `starts` are where each file's bytes start in its shard (see `offsets`).
-    Shards are fetched whole into the node cache, `SHARDS_AHEAD` ahead, in the
-    order the items first need them; each file is then one `pread` from the
-    cached copy, as a loose file is one read: no decoding.
+    `starts` and `shards` give, for each position, where its bytes start in
+    its shard and which shard (an index into `shard_files`) that is. Shards
+    are fetched whole into the node cache, `SHARDS_AHEAD` ahead, in the order
+    the items need them; each file is then one `pread` from the cached copy,
+    as a loose file is one read: no decoding. `local_root`: where
+    `shard_files.root` lives on this machine, as in `read_items`.
     """
-    bounds = np.cumsum([0] + [u.num_rows for u in row_groups])
-    shard_of_unit = np.array([u.file for u in row_groups], dtype=np.int64)
     items = np.asarray(items, dtype=np.int64)
-    shard = shard_of_unit[np.searchsorted(bounds, items, side="right") - 1]
+    shard = shards[items]
     order = shard[np.flatnonzero(np.diff(shard, prepend=-1))].tolist()  # a shard per run of its files
     fetched = read_items(shard_files, order, cache, fetch_threads=SHARD_THREADS, prefetch=SHARDS_AHEAD,
-                         prefetch_bytes=1 << 62)
+                         prefetch_bytes=1 << 62, local_root=local_root)
     root, paths, sizes = manifest.root, manifest.paths, manifest.sizes
     open_shard, fd, held = -1, -1, None
     try:
@@ -168,15 +121,3 @@ def read_files(manifest: Manifest, starts: np.ndarray, row_groups: Sequence[RowG
     finally:
         if fd >= 0:
             os.close(fd)
-
-
-def shuffled(table: pa.Table, piece: RowGroup | RowSlice, *, seed: int, epoch: int) -> pa.Table:
-    """The piece's rows in a seeded order of their own (a shuffle within the row group)."""
-    unit = unit_of(piece)
-    order = _epoch_order(table.num_rows, epoch, f"{seed}/{unit.file}/{unit.row_group}", True)  # type: ignore[arg-type]
-    return table.take(pa.array(order))
-
-
-def volume_paths(root: str, relative: pa.ChunkedArray | pa.Array) -> pa.Array | pa.ChunkedArray:
-    """`root/relative` for each relative path of a shard's `path` column."""
-    return pc.binary_join_element_wise(pa.scalar(root), relative, "/")

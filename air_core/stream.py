@@ -300,11 +300,11 @@ class FileStream:
         self._grid, self._consumed, self._resumed_from = grid, done, resumed_from
         self.skipped = []
         if self.mode == "pack":
-            from .pack_read import offsets, read_files
+            from .pack_read import offsets, read_files, shard_of
 
-            starts = offsets(self._source.generation(), self._cache_dir)
-            records = read_files(self.manifest, starts, self._source.units(), self._source.shards(), items[done:],
-                                 self.cache)
+            source = self._source
+            records = read_files(self.manifest, offsets(source.generation(), self._cache_dir), shard_of(source.units()),
+                                 source.shards(), items[done:], self.cache)
             yield from self._positions(records)  # type: ignore[misc]
             return
         fetch = dict(self._fetch)

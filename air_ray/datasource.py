@@ -29,6 +29,7 @@ from air_core import (
     volume,
 )
 from air_core import options as check
+from air_core import pack_plan, pack_read
 
 from . import task_plan
 from .task_read import TaskSource, bytes_type, files_read_fn, files_schema, pack_read_fn, parquet_read_fn
@@ -193,7 +194,7 @@ class UCVolumeDatasource(Datasource):
         if self._parquet:
             return self._parquet_tasks(epoch, parallelism, per_task_row_limit)
         if self._pack:
-            return self._pack_tasks(epoch, parallelism, per_task_row_limit)
+            return self._pack_tasks(epoch, parallelism, per_task_row_limit, block_bytes)
         return self._file_tasks(epoch, parallelism, per_task_row_limit, block_bytes)
 
     # -- planning ------------------------------------------------------------------------------
@@ -279,19 +280,26 @@ class UCVolumeDatasource(Datasource):
         return tasks
 
 
-    def _pack_tasks(self, epoch: int, parallelism: int, row_limit: int | None) -> list[ReadTask]:
-        pieces, shards = self._parquet_share(epoch), self._source.shards()
+    def _pack_tasks(self, epoch: int, parallelism: int, row_limit: int | None, block_bytes: int) -> list[ReadTask]:
+        source = self._source
+        manifest, shards, units = source.manifest, source.shards(), source.units()
+        starts, of_shard = pack_read.offsets(source.generation(), self._tasks.cache_dir), pack_read.shard_of(units)
+        pieces = self._parquet_share(epoch)
         schema = self.schema()
         tasks = []
-        for group in task_plan.groups([task_plan.piece_bytes(p) for p in pieces], task_plan.task_count(
-                len(pieces), parallelism)):
-            files, local = task_plan.localize([pieces[k] for k in group])
-            read_fn = pack_read_fn(self._tasks, shards.rows(files), local, root=self._source.manifest.root,
-                                   include_paths=self._include_paths, contents_type=self._contents_type,
-                                   seed=self._seed, epoch=epoch)
-            meta = BlockMetadata(num_rows=sum(p.num_rows for p in local),
-                                 size_bytes=int(sum(task_plan.piece_bytes(p) for p in local)),
-                                 input_files=[shards.volume_path(i) for i in files], exec_stats=None)
+        for group in task_plan.groups([task_plan.piece_bytes(p) for p in pieces],
+                                      task_plan.task_count(len(pieces), parallelism)):
+            files = pack_plan.files_of(units, [pieces[k] for k in group], seed=self._seed or 0,
+                                       shuffle=self._seed is not None, epoch=epoch)
+            used = list(dict.fromkeys(of_shard[files].tolist()))  # the task carries only its shards' rows
+            local = {k: j for j, k in enumerate(used)}
+            read_fn = pack_read_fn(self._tasks, manifest.rows(files), starts[files].tolist(),
+                                   [local[k] for k in of_shard[files].tolist()], shards.rows(used),
+                                   root=manifest.root, include_paths=self._include_paths,
+                                   contents_type=self._contents_type, max_block_bytes=block_bytes,
+                                   max_block_rows=row_limit)
+            meta = BlockMetadata(num_rows=len(files), size_bytes=sum(self._row_bytes(manifest, i) for i in files),
+                                 input_files=[shards.volume_path(k) for k in used], exec_stats=None)
             tasks.append(ReadTask(read_fn, meta, schema=schema, per_task_row_limit=row_limit))
         return tasks
 

@@ -19,7 +19,7 @@ from air_core import (
     DEFAULT_PREFETCH, Cache, CachedFile, FetchError, Manifest, RowGroup, RowSlice, read_items, unit_of,
     without_skips,
 )
-from air_core.pack_read import read_pieces, shuffled, volume_paths
+from air_core.pack_read import read_files
 from air_core.tabular import read_units
 
 from .task_plan import BINARY_BYTES, binary_block_bytes
@@ -136,31 +136,42 @@ def parquet_read_fn(source: TaskSource, rows: Sequence[Row], pieces: Sequence[Ro
     return read_uc_volume_parquet
 
 
-def pack_read_fn(source: TaskSource, rows: Sequence[Row], pieces: Sequence[RowGroup | RowSlice], *, root: str,
-                 include_paths: bool, contents_type: pa.DataType | None, seed: int | None,
-                 epoch: int) -> Callable[[], Iterator[pa.Table]]:
-    """A read task's function over a pack: files-mode rows, one table per row group (or row range).
+def pack_read_fn(source: TaskSource, rows: Sequence[Row], starts: Sequence[int], shards: Sequence[int],
+                 shard_rows: Sequence[Row], *, root: str, include_paths: bool, contents_type: pa.DataType | None,
+                 max_block_bytes: int, max_block_rows: int | None = None) -> Callable[[], Iterator[pa.Table]]:
+    """A read task's function over a pack: files mode's rows, each file read from its shard's cached copy.
 
-    `rows` are the shards the pieces touch; `root` is the packed folder, which
-    `path` is given under, as for the loose files. `local_path` is empty: a
-    packed file has no copy of its own. With a `seed`, each piece's rows come
-    in a seeded order of their own for this `epoch`.
+    `rows` are the task's packed files (relative to `root`, the packed
+    folder) in read order; `starts` and `shards` where each one's bytes start
+    and in which of `shard_rows` (relative to `source.root`, the pack's
+    folder). `local_path` is empty: a packed file has no copy of its own.
+    Blocks close as in files mode.
     """
     schema = files_schema(include_paths=include_paths, contents_type=contents_type)
-    columns = ["path", "size"] + (["bytes"] if contents_type is not None else [])
+    if contents_type == pa.binary():
+        max_block_bytes = binary_block_bytes(max_block_bytes, max(r[1] for r in rows))
+
+    def block(files: list[CachedFile]) -> pa.Table:
+        columns = {"path": [f.path for f in files]} if include_paths else {}
+        columns["local_path"] = [""] * len(files)
+        columns["size"] = [f.size for f in files]
+        if contents_type is not None:
+            columns["bytes"] = contents(files, contents_type)
+        return pa.table(columns, schema=schema)
 
     def read_uc_volume_pack() -> Iterator[pa.Table]:
-        shards = source.manifest(rows)
-        for piece, table in zip(pieces, read_pieces(shards, pieces, source.cache(), columns=columns,
-                                                    local_root=source.local_root)):
-            if seed is not None:
-                table = shuffled(table, piece, seed=seed, epoch=epoch)
-            out = {"path": volume_paths(root, table["path"])} if include_paths else {}
-            out["local_path"] = pa.array([""] * table.num_rows, pa.string())
-            out["size"] = table["size"]
-            if contents_type is not None:
-                out["bytes"] = table["bytes"].cast(contents_type)
-            yield pa.Table.from_pydict(out).cast(schema)
+        manifest = Manifest.from_rows(root, rows, source.fingerprint)
+        files: list[CachedFile] = []
+        held = 0
+        for f in read_files(manifest, np.asarray(starts), np.asarray(shards), source.manifest(shard_rows),
+                            range(len(rows)), source.cache(), local_root=source.local_root):
+            files.append(f)
+            held += f.size
+            if held >= max_block_bytes or len(files) == max_block_rows:
+                yield block(files)
+                files, held = [], 0
+        if files:
+            yield block(files)
 
     return read_uc_volume_pack
 
@@ -170,7 +181,7 @@ def contents(files: Sequence[CachedFile], type: pa.DataType) -> pa.Array:
     offsets = np.zeros(len(files) + 1, dtype=np.int64 if type == pa.large_binary() else np.int32)
     np.cumsum([f.size for f in files], out=offsets[1:])
     data = pa.allocate_buffer(int(offsets[-1]))
-    view = memoryview(data)
+    view = memoryview(data).cast("B")  # unsigned bytes, as `bytes` are: a file held in memory is assigned
     for f, start in zip(files, offsets.tolist()):
         part = view[start:start + f.size]
         if f.data is not None:  # streamed past a full cache: already in memory
