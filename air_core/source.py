@@ -4,11 +4,11 @@
 table) into a `Source`: the folder actually read, its mode ("files": a row
 per file; "parquet": the tables' rows, row group by row group), its listing
 (made once per job, see `dist.list_once`) and, in Parquet mode, its row
-groups and schema. A pack made by `air_core.pack` resolves to mode "pack":
+groups and schema; a pack made by `air_core.pack` resolves to mode "pack":
 its listing is the packed files' (read from the pack), its units the
-shards' row groups (see `air_core.pack_store`). Every front door (`FileStream`, the `uc-volume` builder,
-`UCVolumeDatasource`) resolves through here, so they accept and refuse the
-same things with the same words.
+shards' row groups (see `air_core.pack_store`). Every front door
+(`FileStream`, the `uc-volume` builder, `UCVolumeDatasource`) resolves
+through here, so they accept and refuse the same things with the same words.
 
 A `Source` is small when pickled: it carries the path, the selection and the
 name of a file in the node cache folder that holds its listing, so spawned
@@ -32,7 +32,6 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
     from .pack_store import Generation
-
     from .row_plan import RowGroup
 
 Mode = Literal["auto", "files", "parquet", "pack"]

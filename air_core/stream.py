@@ -274,7 +274,9 @@ class FileStream:
 
     def items(self, grid: Grid | None = None) -> list[int]:
         """Manifest indices this stream reads this epoch, in order (no resume applied)."""
-        return self._plan(grid or self.grid(), None)
+        if self.mode == "pack":
+            return self._plan(grid or self.grid(), None)
+        return plan_mod.plan(self.manifest.sizes, grid or self.grid(), epoch=self._epoch, **self._plan_opts)
 
     def __len__(self) -> int:
         """Files this rank reads per epoch, all its DataLoader workers together."""
