@@ -15,6 +15,7 @@ most the two it shares with its neighbours.
 from __future__ import annotations
 
 import hashlib
+import mmap
 import os
 from typing import Iterator, Sequence
 
@@ -92,32 +93,40 @@ def read_files(manifest: Manifest, starts: np.ndarray, shards: np.ndarray, shard
     """The packed files `items` (positions in `manifest`), in order, with their bytes in `data`.
 
     `starts` and `shards` give, for each position, where its bytes start in
-    its shard and which shard (an index into `shard_files`) that is. Shards
-    are fetched whole into the node cache, `SHARDS_AHEAD` ahead, in the order
-    the items need them; each file is then one `pread` from the cached copy,
-    as a loose file is one read: no decoding. `local_root`: where
-    `shard_files.root` lives on this machine, as in `read_items`.
+    its shard and which shard (an index into `shard_files`) that is.
+    `local_root`: where `shard_files.root` lives on this machine, as in `read_items`.
+    """
+    root, paths = manifest.root, manifest.paths
+    for i, view in read_views(manifest, starts, shards, shard_files, items, cache, local_root=local_root):
+        yield CachedFile(f"{root}/{paths[i]}", "", len(view), i, data=bytes(view))
+
+
+def read_views(manifest: Manifest, starts: np.ndarray, shards: np.ndarray, shard_files: Manifest,
+               items: Sequence[int], cache: Cache, *,
+               local_root: str | None = None) -> Iterator[tuple[int, memoryview]]:
+    """(item, a view of its bytes) for the packed files `items`, in order (arguments as in `read_files`).
+
+    Shards are fetched whole into the node cache, `SHARDS_AHEAD` ahead, in the
+    order the items need them, and mapped: a file's bytes are a view of the
+    cached copy, copied once by whoever keeps them (a `bytes`, a block's
+    Arrow buffer), as a loose file is one read. No Parquet decoding.
     """
     items = np.asarray(items, dtype=np.int64)
     shard = shards[items]
     order = shard[np.flatnonzero(np.diff(shard, prepend=-1))].tolist()  # a shard per run of its files
     fetched = read_items(shard_files, order, cache, fetch_threads=SHARD_THREADS, prefetch=SHARDS_AHEAD,
                          prefetch_bytes=1 << 62, local_root=local_root)
-    root, paths, sizes = manifest.root, manifest.paths, manifest.sizes
-    open_shard, fd, held = -1, -1, None
-    try:
-        for i, k in zip(items.tolist(), shard.tolist()):
-            if k != open_shard:
-                if fd >= 0:
-                    os.close(fd)
-                    fd = -1
-                f = next(fetched)  # a shard read again after another is a cache hit
-                open_shard, held = k, f.data
-                if held is None:
-                    fd = os.open(f.local_path, os.O_RDONLY)
-            size, at = int(sizes[i]), int(starts[i])
-            data = held[at:at + size] if held is not None else os.pread(fd, size, at)
-            yield CachedFile(f"{root}/{paths[i]}", "", size, i, data=data)
-    finally:
-        if fd >= 0:
-            os.close(fd)
+    sizes = manifest.sizes
+    open_shard, held = -1, memoryview(b"")
+    for i, k in zip(items.tolist(), shard.tolist()):
+        if k != open_shard:
+            f = next(fetched)  # a shard read again after another is a cache hit
+            open_shard, held = k, memoryview(f.data if f.data is not None else _mapped(f.local_path))
+        at = int(starts[i])
+        yield i, held[at:at + int(sizes[i])]
+
+
+def _mapped(path: str) -> mmap.mmap:
+    # Unmapped once the last view of it goes: a consumer may still hold one when the next shard begins.
+    with open(path, "rb") as f:
+        return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
