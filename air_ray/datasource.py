@@ -279,7 +279,6 @@ class UCVolumeDatasource(Datasource):
             tasks.append(ReadTask(read_fn, meta, schema=schema, per_task_row_limit=row_limit))
         return tasks
 
-
     def _pack_tasks(self, epoch: int, parallelism: int, row_limit: int | None, block_bytes: int) -> list[ReadTask]:
         source = self._source
         manifest, shards, units = source.manifest, source.shards(), source.units()
