@@ -29,8 +29,11 @@ from .pack_store import INDEX, OFFSETS, Generation
 from .row_plan import RowGroup
 from .stream import CachedFile, read_items
 
-SHARDS_AHEAD = 2  # the shard being read and the next one, fetched meanwhile
-SHARD_THREADS = 2
+# Shards fetched at once, ahead of the consumer. Bandwidth is per open stream and the cache copies a
+# shard as 8 concurrent ranges: 3 shards keep 24 streams busy (20,000 files in 3 shards of 1 GiB under
+# the emulated volume: 11,700 files/s cold, against 8,200 with 2 shards ahead and 6,300 with 1).
+SHARDS_AHEAD = 3
+SHARD_THREADS = 3
 
 
 def index(generation: Generation, cache_dir: str | None) -> Manifest:
