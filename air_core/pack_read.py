@@ -97,11 +97,26 @@ def read_files(manifest: Manifest, starts: np.ndarray, shards: np.ndarray, shard
 
     `starts` and `shards` give, for each position, where its bytes start in
     its shard and which shard (an index into `shard_files`) that is.
-    `local_root`: where `shard_files.root` lives on this machine, as in `read_items`.
+    `local_root`: where `shard_files.root` lives on this machine, as in
+    `read_items`. Each file is one `pread` of the cached shard, as a loose
+    file is one read: no Parquet decoding.
     """
     root, paths = manifest.root, manifest.paths
-    for i, view in read_views(manifest, starts, shards, shard_files, items, cache, local_root=local_root):
-        yield CachedFile(f"{root}/{paths[i]}", "", len(view), i, data=bytes(view))
+    fd, current = -1, None
+    try:
+        for i, shard, at, size in _located(manifest, starts, shards, shard_files, items, cache, local_root):
+            if shard is not current:
+                if fd >= 0:
+                    os.close(fd)
+                    fd = -1
+                current = shard
+                if shard.data is None:
+                    fd = os.open(shard.local_path, os.O_RDONLY)
+            data = shard.data[at:at + size] if shard.data is not None else os.pread(fd, size, at)
+            yield CachedFile(f"{root}/{paths[i]}", "", size, i, data=data)
+    finally:
+        if fd >= 0:
+            os.close(fd)
 
 
 def read_views(manifest: Manifest, starts: np.ndarray, shards: np.ndarray, shard_files: Manifest,
@@ -109,10 +124,24 @@ def read_views(manifest: Manifest, starts: np.ndarray, shards: np.ndarray, shard
                local_root: str | None = None) -> Iterator[tuple[int, memoryview]]:
     """(item, a view of its bytes) for the packed files `items`, in order (arguments as in `read_files`).
 
-    Shards are fetched whole into the node cache, `SHARDS_AHEAD` ahead, in the
-    order the items need them, and mapped: a file's bytes are a view of the
-    cached copy, copied once by whoever keeps them (a `bytes`, a block's
-    Arrow buffer), as a loose file is one read. No Parquet decoding.
+    Views of the mapped cached shard, for a consumer that copies each file
+    once into memory of its own (a block's Arrow buffer): no `bytes` between.
+    """
+    view, current = memoryview(b""), None
+    for i, shard, at, size in _located(manifest, starts, shards, shard_files, items, cache, local_root):
+        if shard is not current:
+            current = shard
+            view = memoryview(shard.data if shard.data is not None else _mapped(shard.local_path))
+        yield i, view[at:at + size]
+
+
+def _located(manifest: Manifest, starts: np.ndarray, shards: np.ndarray, shard_files: Manifest,
+             items: Sequence[int], cache: Cache, local_root: str | None) -> Iterator[tuple[int, CachedFile, int, int]]:
+    """(item, its shard's cached copy, where its bytes start, its size), in order.
+
+    Shards are fetched whole into the node cache, `SHARDS_AHEAD` ahead, in
+    the order the items need them; a shard needed again after another is
+    asked for again (a cache hit).
     """
     items = np.asarray(items, dtype=np.int64)
     shard = shards[items]
@@ -120,13 +149,11 @@ def read_views(manifest: Manifest, starts: np.ndarray, shards: np.ndarray, shard
     fetched = read_items(shard_files, order, cache, fetch_threads=SHARD_THREADS, prefetch=SHARDS_AHEAD,
                          prefetch_bytes=1 << 62, local_root=local_root)
     sizes = manifest.sizes
-    open_shard, held = -1, memoryview(b"")
+    open_shard, f = -1, None
     for i, k in zip(items.tolist(), shard.tolist()):
         if k != open_shard:
-            f = next(fetched)  # a shard read again after another is a cache hit
-            open_shard, held = k, memoryview(f.data if f.data is not None else _mapped(f.local_path))
-        at = int(starts[i])
-        yield i, held[at:at + int(sizes[i])]
+            open_shard, f = k, next(fetched)
+        yield i, f, int(starts[i]), int(sizes[i])  # type: ignore[misc]
 
 
 def _mapped(path: str) -> mmap.mmap:

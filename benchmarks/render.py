@@ -207,7 +207,23 @@ def pack_section(rec: list[dict], png: Path) -> list[str]:
     ax.legend()
     fig.tight_layout()
     fig.savefig(png, dpi=110)
-    return lines + ["", f"![loose vs packed]({png.name})"]
+    return lines + ["", f"![loose vs packed]({png.name})", "", *PACK_NOTES]
+
+
+PACK_NOTES = [
+    "What bounds each figure here:",
+    "",
+    "- Packing reads the files as a first epoch does (64 reads in flight), then writes every byte twice:",
+    "  the shard on local disk, then its copy onto the volume. Here the volume is the VM's disk, whose",
+    "  writes ran at the `volume_write_MBps` above while the box was shared; the last shard's copy",
+    "  cannot overlap the reading.",
+    "- A packed first epoch waits for its first shard whole (about 1 s: a node-cache entry is a whole",
+    "  file, fetched as 16 MiB ranges, 24 at once over three shards); after that it reads at bandwidth.",
+    "- HF rows and torch items cross DataLoader process boundaries with their bytes (150 KiB each), which",
+    "  costs the same over loose files and packs; FileStream's figure is what the core itself delivers.",
+    "- The box is shared with other work (load average in the raw records): compare loose and packed",
+    "  within this run; runs an hour apart moved single figures by up to 40%.",
+]
 
 
 def plot(bars: dict[str, tuple[float, float | None]], out: Path) -> None:
