@@ -122,8 +122,11 @@ def pack_folder(path: str) -> str | None:
 
 def read_pointer(vp: volume.VolumePath) -> dict | None:
     """The destination's pointer, checked; None when there is none."""
+    path = os.path.join(vp.local, POINTER)
+    if not os.path.isfile(path):  # every resolve asks: a lookup, not an open, for the folders that are no pack
+        return None
     try:
-        with open(os.path.join(vp.local, POINTER)) as f:
+        with open(path) as f:
             text = f.read()
     except (FileNotFoundError, NotADirectoryError):
         return None
