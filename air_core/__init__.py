@@ -6,7 +6,9 @@ node-local disk on first access, partitioned over (rank x DataLoader worker).
 it reads. The names here are the core's public API; `air_core.tabular`
 (Parquet row groups, needs pyarrow) and `air_core.torch` are public modules.
 `export_delta` exports a Delta table to Parquet on a volume (`air_core.delta`;
-loaded on first use, with the `delta` extra).
+loaded on first use, with the `delta` extra). `pack` packs a folder of small
+files into Parquet shards that every front door reads as the loose files
+(`air_core.pack`, which loads pyarrow when it runs).
 """
 
 from .cache import Cache, CacheStats, default_dir, entry_path_length
@@ -19,6 +21,7 @@ from .grid import Grid
 from .manifest import Manifest, list_folder
 from .plan import BALANCES, EQUALIZES, Balance, Equalize, epoch_order, rank_shares, snake
 from .resume import run_state
+from .pack import PackResult, pack
 from .row_plan import RowGroup, RowSlice, split_rows, unit_of
 from .source import MODES, Mode, Source, check_columns, resolve_source
 from .stream import (
@@ -32,8 +35,8 @@ __all__ = [
     "FileStream", "Grid", "MODES", "Manifest", "ManifestMismatchError", "Mode", "ON_ERRORS", "OnError",
     "OptionError", "ParquetError", "RowGroup", "RowSlice", "Skipped", "Source", "StateError", "VolumePathError",
     "check_columns", "default_dir", "default_fetch_threads", "detect_rank", "detect_worker", "entry_path_length",
-    "epoch_order", "export_delta", "list_folder", "rank_shares", "read_items", "resolve_source", "run_state", "snake",
-    "split_rows", "unit_of", "without_skips",
+    "epoch_order", "export_delta", "list_folder", "pack", "PackResult", "rank_shares", "read_items", "resolve_source",
+    "run_state", "snake", "split_rows", "unit_of", "without_skips",
 ]
 
 

@@ -1,4 +1,4 @@
-"""The `air-data` command: demo, stage, export-delta, cache."""
+"""The `air-data` command: demo, stage, export-delta, cache, pack."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import time
 from tqdm import tqdm
 
 from .cli_delta import add_export_delta_command
+from .cli_pack import add_pack_command
 from .errors import AirError, OptionError
 
 
@@ -112,6 +113,7 @@ def parser() -> argparse.ArgumentParser:
             a.add_argument("--older-than", type=duration, help="remove entries unused for this long (e.g. 7d)")
             a.add_argument("--limit", type=size, help="then remove the least recently used down to this size")
         a.set_defaults(func=_cache)
+    add_pack_command(sub)
     return p
 
 

@@ -4,9 +4,11 @@
 table) into a `Source`: the folder actually read, its mode ("files": a row
 per file; "parquet": the tables' rows, row group by row group), its listing
 (made once per job, see `dist.list_once`) and, in Parquet mode, its row
-groups and schema. Every front door (`FileStream`, the `uc-volume` builder,
-`UCVolumeDatasource`) resolves through here, so they accept and refuse the
-same things with the same words.
+groups and schema; a pack made by `air_core.pack` resolves to mode "pack":
+its listing is the packed files' (read from the pack), its units the
+shards' row groups (see `air_core.pack_store`). Every front door
+(`FileStream`, the `uc-volume` builder, `UCVolumeDatasource`) resolves
+through here, so they accept and refuse the same things with the same words.
 
 A `Source` is small when pickled: it carries the path, the selection and the
 name of a file in the node cache folder that holds its listing, so spawned
@@ -21,7 +23,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any, Literal, Sequence
 
-from . import dist, options, volume
+from . import dist, options, pack_store, volume
 from .cache import Cache
 from .errors import EmptyVolumeError, ManifestMismatchError, OptionError
 from .manifest import Manifest, list_folder
@@ -29,10 +31,11 @@ from .manifest import Manifest, list_folder
 if TYPE_CHECKING:
     import pyarrow as pa
 
+    from .pack_store import Generation
     from .row_plan import RowGroup
 
-Mode = Literal["auto", "files", "parquet"]
-MODES = ("auto", "files", "parquet")
+Mode = Literal["auto", "files", "parquet", "pack"]
+MODES = ("auto", "files", "parquet", "pack")
 Globs = str | Sequence[str] | None
 
 _MEMO_SIZE = 4
@@ -43,8 +46,9 @@ class Source:
     """A resolved source; make one with `resolve_source`.
 
     Attributes:
-        path: the volume folder read (for a Delta table, its export's own folder).
-        mode: "files" or "parquet".
+        path: the volume folder read (for a Delta table, its export's own folder;
+            for a pack, its current generation's folder).
+        mode: "files", "parquet" or "pack".
         fingerprint: the listing's fingerprint: two sources with the same one read the same files.
     """
 
@@ -65,6 +69,10 @@ class Source:
             return held
         if self._listing_file and os.path.exists(self._listing_file):
             manifest = Manifest.load(self._listing_file)
+        elif self.mode == "pack":  # another machine: read the pack's listing there
+            from . import pack_read
+
+            manifest = pack_read.index(self.generation(), self._cache_dir)
         else:  # another machine: list again, and insist on the same files
             manifest = _list(self.path, self._listing)
             if manifest.fingerprint != self.fingerprint:
@@ -75,13 +83,31 @@ class Source:
         return _remember(self.fingerprint, manifest=manifest)["manifest"]
 
     def units(self) -> list[RowGroup]:
-        """Parquet mode: every row group of every file, in listing order (footers read once per process)."""
+        """Every row group, in order: of every file (Parquet mode; footers read once per process), or of
+        every shard (pack mode; `num_rows` are packed files, `file` indexes `shards()`)."""
         held = _memo.get(self.fingerprint, {})
         if "units" not in held:
-            from . import tabular
+            from . import pack_read, tabular
 
-            held = _remember(self.fingerprint, units=tabular.parquet_units(self.manifest))
+            units = pack_read.units(self.generation()) if self.mode == "pack" else tabular.parquet_units(self.manifest)
+            held = _remember(self.fingerprint, units=units)
         return held["units"]
+
+    def generation(self) -> Generation:
+        """Pack mode: the generation read, as its marker describes it."""
+        held = _memo.get(self.fingerprint, {})
+        if "generation" not in held:
+            held = _remember(self.fingerprint, generation=pack_store.load_generation(self.path))
+        return held["generation"]
+
+    def shards(self) -> Manifest:
+        """Pack mode: the shard files, listed."""
+        held = _memo.get(self.fingerprint, {})
+        if "shards" not in held:
+            from . import pack_read
+
+            held = _remember(self.fingerprint, shards=pack_read.shards(self.generation()))
+        return held["shards"]
 
     def schema(self) -> pa.Schema:
         """Parquet mode: the tables' schema, hive partition columns appended as strings."""
@@ -121,7 +147,9 @@ def resolve_source(
             where that is exact (no deletion vectors, column mapping or
             partition columns; see `air_core.delta.in_place`).
         mode: "auto" ("parquet" when every file is `.parquet`, "files" when
-            none is, an error for a mix), "files" or "parquet".
+            none is, an error for a mix), "files", "parquet" or "pack". A pack
+            (see `air_core.pack`) reads as "pack" in modes "auto", "files" and
+            "pack": a row per packed file; mode="parquet" reads its shards' rows.
         include: glob(s) of files to keep, relative to `path` (`*` crosses `/`).
         exclude: glob(s) of files to leave out.
         file_extensions: keep only files with these extensions (case-insensitive).
@@ -164,6 +192,14 @@ def resolve_source(
         from .delta.publication import current_export
 
         path = current_export(path) or path  # an export's destination reads as its current export
+        packed = pack_store.pack_folder(path)
+        if packed is not None and mode != "parquet":
+            return _pack_source(packed, include, exclude, file_extensions, cache_dir)
+        if mode == "parquet" and packed is not None:
+            path = packed
+    if mode == "pack":
+        raise OptionError(f"mode='pack' but {path} is not a pack (it has no {pack_store.POINTER}): pack its files "
+                          f"with `air-data pack SRC {path}` or air_core.pack(), or read them with mode='files'")
     listing = {"include": include, "exclude": exclude, "extensions": _extensions(file_extensions)}
     if manifest is None:
         manifest = dist.list_once(lambda: _list(path, listing), _listings(cache_dir))
@@ -187,6 +223,19 @@ def _list(path: str | None, listing: dict) -> Manifest:
 
         return table_files(listing["table"], listing["version"])
     return list_folder(path, **listing)
+
+
+def _pack_source(folder: str, include: Globs, exclude: Globs, file_extensions: Sequence[str] | None,
+                 cache_dir: str | None) -> Source:
+    if include is not None or exclude is not None or file_extensions is not None:
+        raise OptionError(f"{folder} is a pack, read whole: choose the files when packing "
+                          "(air-data pack --include/--exclude), or read the loose folder")
+    from . import pack_read
+
+    generation = pack_store.load_generation(folder)
+    manifest = dist.list_once(lambda: pack_read.index(generation, cache_dir), _listings(cache_dir))
+    _remember(manifest.fingerprint, generation=generation)
+    return Source(folder, "pack", manifest, {}, cache_dir)
 
 
 def check_columns(columns: Any, names: Sequence[str]) -> None:

@@ -11,10 +11,10 @@ import logging
 import os
 from typing import Iterable, Iterator, Literal, NamedTuple, Sequence
 
-from . import dist, options, resume, volume
+from . import dist, options, pack_plan, resume, volume
 from . import plan as plan_mod
 from .cache import Cache, read_bytes, read_fd
-from .errors import FetchError, StateError
+from .errors import FetchError, OptionError, StateError
 from .fetch import ordered_map, retrying
 from .grid import Grid
 from .manifest import Manifest
@@ -50,11 +50,12 @@ class CachedFile(NamedTuple):
     Attributes:
         path: the volume path (`/Volumes/c/s/v/...`).
         local_path: a local path to read: the cached copy, or the volume file
-            itself when the cache was full (then `cached` is False).
+            itself when the cache was full (then `cached` is False); empty for
+            a file read from a pack, whose bytes are in `data`.
         size: size in bytes.
         index: the file's index in the manifest.
         cached: whether `local_path` is a node-local cached copy.
-        data: the bytes, when the file was streamed past a full cache.
+        data: the bytes, when the file was streamed past a full cache or read from a pack.
     """
 
     path: str
@@ -227,7 +228,10 @@ class FileStream:
         options.choice("on_error", on_error, ON_ERRORS)
         self._source = resolve_source(path, mode="files", include=include, exclude=exclude, cache_dir=cache_dir,
                                       manifest=manifest)
-        self.path = self._source.path
+        self.path, self.mode = self._source.path, self._source.mode
+        if self.mode == "pack" and (balance != "bytes" or on_error != "raise"):
+            raise OptionError(f"{path} is a pack: its streams take neighbouring row groups, by count, and an "
+                              "unreadable shard cannot be skipped file by file; leave balance= and on_error= unset")
         self._plan_opts = {"seed": seed, "shuffle": bool(shuffle), "balance": balance, "equalize": equalize}
         self._rank, self._world_size = dist.detect_rank(rank, world_size)
         Grid(self._rank, self._world_size)
@@ -270,12 +274,17 @@ class FileStream:
 
     def items(self, grid: Grid | None = None) -> list[int]:
         """Manifest indices this stream reads this epoch, in order (no resume applied)."""
+        if self.mode == "pack":
+            return self._plan(grid or self.grid(), None)
         m = self.manifest
         return plan_mod.plan(m.sizes, grid or self.grid(), epoch=self._epoch, by_size=m.largest_first,
                              **self._plan_opts)
 
     def __len__(self) -> int:
         """Files this rank reads per epoch, all its DataLoader workers together."""
+        if self.mode == "pack":
+            units = [u.num_rows for u in self._source.units()]
+            return pack_plan.rank_counts(units, self._world_size, equalize=self._plan_opts["equalize"])[self._rank]
         shares = plan_mod.rank_shares(self.manifest.sizes, world_size=self._world_size, epoch=self._epoch,
                                       **self._plan_opts)
         return len(shares[self._rank])
@@ -291,14 +300,30 @@ class FileStream:
     def __iter__(self) -> Iterator[CachedFile]:
         grid = self.grid()
         resumed_from, done = self._take_pending(grid)
-        m = self.manifest
-        items = resume.plan(m.sizes, grid, resumed_from, epoch=self._epoch, by_size=m.largest_first, **self._plan_opts)
+        items = self._plan(grid, resumed_from)
         self._grid, self._consumed, self._resumed_from = grid, done, resumed_from
         self.skipped = []
+        if self.mode == "pack":
+            from .pack_read import offsets, read_files, shard_of
+
+            source = self._source
+            records = read_files(self.manifest, offsets(source.generation(), self._cache_dir), shard_of(source.units()),
+                                 source.shards(), items[done:], self.cache)
+            yield from self._positions(records)  # type: ignore[misc]
+            return
         fetch = dict(self._fetch)
         fetch["fetch_threads"] = fetch["fetch_threads"] or default_fetch_threads(grid.num_workers)
         records = read_items(self.manifest, items[done:], self.cache, **fetch)
         yield from without_skips(self._positions(records), keep_count=self._plan_opts["equalize"] != "none")
+
+    def _plan(self, grid: Grid, resumed_from: dict | None) -> list[int]:
+        """This stream's items after resuming the run `resumed_from`: files, or a pack's files by row group."""
+        if self.mode == "pack":
+            opts = {k: v for k, v in self._plan_opts.items() if k != "balance"}
+            return pack_plan.plan([u.num_rows for u in self._source.units()], grid, resumed_from, epoch=self._epoch,
+                                  **opts)
+        m = self.manifest
+        return resume.plan(m.sizes, grid, resumed_from, epoch=self._epoch, by_size=m.largest_first, **self._plan_opts)
 
     def _positions(self, records: Iterator[CachedFile | Skipped]) -> Iterator[CachedFile | Skipped]:
         # A skipped file's place in the plan is passed like a delivered one's: a resume goes on after it.

@@ -5,8 +5,10 @@ listing's fingerprint joins the config id, so the Arrow cache of a
 non-streaming load is rebuilt when files change). What to read is resolved by
 `air_core.resolve_source`, as every front door does; its `Source` carries the
 listing to DataLoader workers as a file in the node cache folder. Shards are lists of
-manifest indices (files mode) or of row ranges (Parquet mode). Every read goes
-through the core's node cache and fetch pool, ahead of the consumer.
+manifest indices (files mode) or of row ranges (Parquet mode, and pack mode:
+a pack made by `air_core.pack` gives the rows files mode gives for the loose
+files, each read from its shard's cached copy, row group by row group). Every read goes through the core's node
+cache and fetch pool, ahead of the consumer.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from air_core import (
     read_items, resolve_source, tabular, volume, without_skips,
 )
 from air_core import options as check
+from air_core import pack_plan, pack_read
 
 from . import rows
 from .shards import file_shards, row_shards, shard_count
@@ -46,6 +49,7 @@ class UCVolumeConfig(datasets.BuilderConfig):
         file_extensions: keep only files with these extensions (case-insensitive), as in Ray's readers.
         mode: "files" (a row per file), "parquet" (the tables' rows; row groups are the
             units), or "auto": "parquet" when every file is `.parquet`, "files" when none is.
+            A pack (`air-data pack`) reads as its files in "auto", "files" and "pack" modes.
         decode: files mode: the column added to path/local_path/size: "path" (none),
             "bytes", "text" (UTF-8), "image" (`datasets.Image()`) or "audio" (`datasets.Audio()`).
         labels: files mode: add a `label` ClassLabel from each file's parent folder.
@@ -138,6 +142,9 @@ def _features(config: UCVolumeConfig, source: Source) -> datasets.Features:
     if config.columns is not None:
         raise OptionError("columns= applies to Parquet mode: a row per file has the columns "
                           "path, local_path, size and what decode= adds")
+    if source.mode == "pack" and config.on_error != "raise":
+        raise OptionError(f"on_error= applies to loose files: {config.data_dir} is a pack, whose files are read "
+                          "a row group at a time from its shards")
     manifest = source.manifest
     rows.check_media(manifest, config.decode)
     return rows.features(config.decode, rows.label_names(manifest) if config.labels else None)
@@ -169,10 +176,14 @@ class UCVolume(datasets.ArrowBasedBuilder):
     def _split_generators(self, dl_manager) -> list[datasets.SplitGenerator]:
         c, manifest = self.config, self._source.manifest
         world_size = c.world_size or detect_rank()[1]
-        units = self._source.units() if self._source.mode == "parquet" else None
+        units = self._source.units() if self._source.mode in ("parquet", "pack") else None
         generators = []
         for split, files in by_split(manifest.paths.tolist()).items():
-            if units is None:
+            if self._source.mode == "pack":
+                mine = pack_plan.pieces(units, files)
+                n = shard_count(len(mine), world_size=world_size, num_workers=c.num_workers)
+                shards = row_shards(mine, n, seed=c.seed, shuffle=c.shuffle, equalize=c.equalize)
+            elif units is None:
                 n = shard_count(len(files), world_size=world_size, num_workers=c.num_workers)
                 dealt = file_shards(manifest.sizes[files], n, seed=c.seed, shuffle=c.shuffle,
                                     equalize=c.equalize)
@@ -203,11 +214,19 @@ class UCVolume(datasets.ArrowBasedBuilder):
             names = list(self._features)
             yield from enumerate(t.select(names) for t in tables)
             return
-        items = [i for shard in shards for i in shard]
         features = self._features
         schema = features.arrow_schema
-        files = without_skips(read_items(manifest, items, cache, fetch_threads=threads, on_error=c.on_error),
-                              keep_count=c.equalize != "none")
+        if self._source.mode == "pack":  # files mode's rows, each file read from its shard's cached copy
+            source = self._source
+            pieces = [piece for shard in shards for piece in shard]
+            items = pack_plan.files_of(source.units(), pieces, seed=c.seed, shuffle=c.shuffle)
+            starts = pack_read.offsets(source.generation(), c.node_cache_dir)
+            files = pack_read.read_files(manifest, starts, pack_read.shard_of(source.units()), source.shards(),
+                                         items, cache)
+        else:
+            items = [i for shard in shards for i in shard]
+            files = without_skips(read_items(manifest, items, cache, fetch_threads=threads, on_error=c.on_error),
+                                  keep_count=c.equalize != "none")
         for k, batch in enumerate(iter(lambda: list(islice(files, FILES_PER_TABLE)), [])):
             yield k, rows.table(batch, manifest, features, schema, c.decode,
                                 embed_media=self._embed_media)

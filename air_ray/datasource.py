@@ -39,9 +39,10 @@ from air_core import (
     volume,
 )
 from air_core import options as check
+from air_core import pack_plan, pack_read
 
 from . import placement, task_plan
-from .task_read import TaskSource, bytes_type, files_read_fn, files_schema, parquet_read_fn
+from .task_read import TaskSource, bytes_type, files_read_fn, files_schema, pack_read_fn, parquet_read_fn
 
 Shuffle = Literal["files"] | FileShuffleConfig | None
 DEFAULT_BLOCK_BYTES = 128 << 20
@@ -68,6 +69,8 @@ class UCVolumeDatasource(Datasource):
     whichever node calls it. Parquet mode gives the tables' rows with hive
     partition columns (`split=train/`) kept as string columns; it is chosen
     automatically when every file is `.parquet`.
+    A pack made by `air_core.pack` reads as the files it holds (files-mode
+    rows, `local_path` empty), row group by row group.
 
     Args:
         path: a volume folder, `/Volumes/<catalog>/<schema>/<volume>/...` or `dbfs:/Volumes/...`.
@@ -154,7 +157,9 @@ class UCVolumeDatasource(Datasource):
         self._source = resolve_source(path, mode=mode, include=include, exclude=exclude,
                                       file_extensions=file_extensions, delta_table=delta_table,
                                       delta_version=delta_version, spark=spark, cache_dir=cache_dir)
-        parquet = self._source.mode == "parquet"
+        parquet, self._pack = self._source.mode == "parquet", self._source.mode == "pack"
+        if on_error != "raise" and self._pack:
+            raise OptionError(f"on_error= is for loose files: {path} is a pack, read a row group at a time")
         if include_bytes and parquet:
             raise OptionError("include_bytes=True is for files mode: Parquet mode already reads the tables' rows")
         if on_error != "raise" and parquet:
@@ -166,8 +171,9 @@ class UCVolumeDatasource(Datasource):
         self._parquet = parquet
         self._include_paths = (not parquet) if include_paths is None else bool(include_paths)
         self._want_bytes = None if include_bytes is None else bool(include_bytes) and not parquet
+        read = self._source.shards() if self._pack else manifest  # what tasks fetch: shards, or the files
         self._tasks = TaskSource(
-            root=manifest.root, local_root=volume.parse(manifest.root).local, fingerprint=manifest.fingerprint,
+            root=read.root, local_root=volume.parse(read.root).local, fingerprint=read.fingerprint,
             cache_dir=cache_dir and os.path.abspath(cache_dir), cache_limit=cache_limit, fetch=fetch,
         )
         self._placed: np.ndarray | None = None  # by bucket: whether this copy reads it (see `by_node`)
@@ -188,7 +194,7 @@ class UCVolumeDatasource(Datasource):
     # -- what Ray asks of a datasource -------------------------------------------------------
 
     def get_name(self) -> str:
-        return "UCVolumeParquet" if self._parquet else "UCVolumeFiles"
+        return "UCVolumeParquet" if self._parquet else "UCVolumePack" if self._pack else "UCVolumeFiles"
 
     def estimate_inmemory_data_size(self) -> int:
         rows, contents = self._estimate
@@ -219,6 +225,8 @@ class UCVolumeDatasource(Datasource):
         block_bytes = context.target_max_block_size or DEFAULT_BLOCK_BYTES
         if self._parquet:
             return self._parquet_tasks(epoch, parallelism, per_task_row_limit)
+        if self._pack:
+            return self._pack_tasks(epoch, parallelism, per_task_row_limit, block_bytes)
         return self._file_tasks(epoch, parallelism, per_task_row_limit, block_bytes)
 
     def by_node(self, nodes: Mapping[str, float]) -> dict[str, UCVolumeDatasource]:
@@ -288,7 +296,7 @@ class UCVolumeDatasource(Datasource):
     def _check_share(self) -> tuple[int, int]:
         """Raise on the driver if this copy would read nothing; return its in-memory size (rows, contents)."""
         manifest = self._source.manifest
-        if self._parquet:
+        if self._parquet or self._pack:
             pieces = self._parquet_share(0)
             if not pieces:
                 raise OptionError(
@@ -350,6 +358,29 @@ class UCVolumeDatasource(Datasource):
                 size_bytes=int(sum(task_plan.piece_bytes(p) for p in local)),
                 input_files=[manifest.volume_path(i) for i in files], exec_stats=None,
             )
+            tasks.append(ReadTask(read_fn, meta, schema=schema, per_task_row_limit=row_limit))
+        return tasks
+
+    def _pack_tasks(self, epoch: int, parallelism: int, row_limit: int | None, block_bytes: int) -> list[ReadTask]:
+        source = self._source
+        manifest, shards, units = source.manifest, source.shards(), source.units()
+        starts, of_shard = pack_read.offsets(source.generation(), self._tasks.cache_dir), pack_read.shard_of(units)
+        pieces = self._parquet_share(epoch)
+        schema = self.schema()
+        tasks = []
+        for group in task_plan.groups([task_plan.piece_bytes(p) for p in pieces],
+                                      task_plan.task_count(len(pieces), parallelism)):
+            files = pack_plan.files_of(units, [pieces[k] for k in group], seed=self._seed or 0,
+                                       shuffle=self._seed is not None, epoch=epoch)
+            used = list(dict.fromkeys(of_shard[files].tolist()))  # the task carries only its shards' rows
+            local = {k: j for j, k in enumerate(used)}
+            read_fn = pack_read_fn(self._tasks, manifest.rows(files), starts[files].tolist(),
+                                   [local[k] for k in of_shard[files].tolist()], shards.rows(used),
+                                   root=manifest.root, include_paths=self._include_paths,
+                                   contents_type=self._contents_type, max_block_bytes=block_bytes,
+                                   max_block_rows=row_limit)
+            meta = BlockMetadata(num_rows=len(files), size_bytes=sum(self._row_bytes(manifest, i) for i in files),
+                                 input_files=[shards.volume_path(k) for k in used], exec_stats=None)
             tasks.append(ReadTask(read_fn, meta, schema=schema, per_task_row_limit=row_limit))
         return tasks
 

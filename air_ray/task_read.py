@@ -20,6 +20,7 @@ from air_core import (
     DEFAULT_PREFETCH, Cache, CachedFile, FetchError, Manifest, RowGroup, RowSlice, read_items, unit_of,
     without_skips,
 )
+from air_core.pack_read import read_views
 from air_core.tabular import read_units
 
 from .task_plan import BINARY_BYTES, binary_block_bytes
@@ -136,12 +137,64 @@ def parquet_read_fn(source: TaskSource, rows: Sequence[Row], pieces: Sequence[Ro
     return read_uc_volume_parquet
 
 
+def pack_read_fn(source: TaskSource, rows: Sequence[Row], starts: Sequence[int], shards: Sequence[int],
+                 shard_rows: Sequence[Row], *, root: str, include_paths: bool, contents_type: pa.DataType | None,
+                 max_block_bytes: int, max_block_rows: int | None = None) -> Callable[[], Iterator[pa.Table]]:
+    """A read task's function over a pack: files mode's rows, each file read from its shard's cached copy.
+
+    `rows` are the task's packed files (relative to `root`, the packed
+    folder) in read order; `starts` and `shards` where each one's bytes start
+    and in which of `shard_rows` (relative to `source.root`, the pack's
+    folder). Each file's bytes are copied once, from the mapped shard into the
+    block. `local_path` is empty: a packed file has no copy of its own.
+    Blocks close as in files mode.
+    """
+    schema = files_schema(include_paths=include_paths, contents_type=contents_type)
+    if contents_type == pa.binary():
+        max_block_bytes = binary_block_bytes(max_block_bytes, max(r[1] for r in rows))
+
+    def block(manifest: Manifest, files: list[tuple[int, memoryview]]) -> pa.Table:
+        columns = {"path": [manifest.volume_path(i) for i, _ in files]} if include_paths else {}
+        columns["local_path"] = [""] * len(files)
+        columns["size"] = [len(view) for _, view in files]
+        if contents_type is not None:
+            columns["bytes"] = views_array([view for _, view in files], contents_type)
+        return pa.table(columns, schema=schema)
+
+    def read_uc_volume_pack() -> Iterator[pa.Table]:
+        manifest = Manifest.from_rows(root, rows, source.fingerprint)
+        files: list[tuple[int, memoryview]] = []
+        held = 0
+        for i, view in read_views(manifest, np.asarray(starts), np.asarray(shards), source.manifest(shard_rows),
+                                  range(len(rows)), source.cache(), local_root=source.local_root):
+            files.append((i, view))
+            held += len(view)
+            if held >= max_block_bytes or len(files) == max_block_rows:
+                yield block(manifest, files)
+                files, held = [], 0
+        if files:
+            yield block(manifest, files)
+
+    return read_uc_volume_pack
+
+
+def views_array(views: Sequence[memoryview], type: pa.DataType) -> pa.Array:
+    """Bytes held in memory as one Arrow `binary` or `large_binary` array: one copy each, into Arrow memory."""
+    offsets = np.zeros(len(views) + 1, dtype=np.int64 if type == pa.large_binary() else np.int32)
+    np.cumsum([len(v) for v in views], out=offsets[1:])
+    data = pa.allocate_buffer(int(offsets[-1]))
+    target = memoryview(data).cast("B")
+    for view, start in zip(views, offsets.tolist()):
+        target[start:start + len(view)] = view
+    return pa.Array.from_buffers(type, len(views), [None, pa.py_buffer(offsets), data])
+
+
 def contents(files: Sequence[CachedFile], type: pa.DataType) -> pa.Array:
     """The files' bytes as one Arrow `binary` or `large_binary` array, read straight into Arrow memory."""
     offsets = np.zeros(len(files) + 1, dtype=np.int64 if type == pa.large_binary() else np.int32)
     np.cumsum([f.size for f in files], out=offsets[1:])
     data = pa.allocate_buffer(int(offsets[-1]))
-    view = memoryview(data)
+    view = memoryview(data).cast("B")  # unsigned bytes, as `bytes` are: a file held in memory is assigned
     for f, start in zip(files, offsets.tolist()):
         part = view[start:start + f.size]
         if f.data is not None:  # streamed past a full cache: already in memory

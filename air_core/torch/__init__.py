@@ -18,9 +18,9 @@ checkpoints on a volume. Importing this module imports torch; the rest of
 from typing import Any
 
 from .dataloader import DataLoader, default_num_workers
-from .dataset import Checkpointable, UCVolumeDataset
+from .dataset import Checkpointable, PackedFile, UCVolumeDataset
 
-__all__ = ["Checkpointable", "DataLoader", "UCVolumeDataset", "UCVolumeReader", "UCVolumeWriter",
+__all__ = ["Checkpointable", "DataLoader", "PackedFile", "UCVolumeDataset", "UCVolumeReader", "UCVolumeWriter",
            "default_num_workers"]
 
 

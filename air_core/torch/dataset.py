@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 from typing import Any, Iterator, Protocol, Sequence, runtime_checkable
 
 import torch.utils.data
@@ -22,6 +23,21 @@ class Checkpointable(Protocol):
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Resume from a snapshot taken by `state_dict`."""
         ...
+
+
+class PackedFile(io.BytesIO):
+    """A file read from a pack: its bytes in memory, opened for reading; `name` is its volume path.
+
+    Decoders that take a path or a file (`PIL.Image.open`, `torch.load`,
+    `soundfile.read`) take it as they take the path of a loose file.
+    """
+
+    def __init__(self, data: bytes, name: str) -> None:
+        super().__init__(data)
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"PackedFile({self.name!r})"
 
 
 class UCVolumeDataset(torch.utils.data.IterableDataset):
@@ -45,6 +61,10 @@ class UCVolumeDataset(torch.utils.data.IterableDataset):
                         yield to_tensor(image.convert("RGB"))
 
         loader = DataLoader(ImageDataset(UCVolumeDataset("/Volumes/main/ml/raw/images")), batch_size=64)
+
+    Over a pack (`air-data pack`), a packed file has no path of its own: each
+    item is a `PackedFile`, an in-memory file named for the file's volume
+    path, which the decoding above opens unchanged.
 
     A yielded path stays valid while it is in use: a full cache stops admitting
     files rather than evicting them (past it, files are read from the volume).
@@ -128,9 +148,13 @@ class UCVolumeDataset(torch.utils.data.IterableDataset):
         self._stream.load_state_dict(state_dict)
         self._ran = False
 
-    def __iter__(self) -> Iterator[str]:
+    def __iter__(self) -> Iterator[str | PackedFile]:
         if self._ran:
             self._stream.set_epoch(self._stream.epoch + 1)
         self._ran = True
+        if self._stream.mode == "pack":
+            for f in self._stream:
+                yield PackedFile(f.data, f.path)  # type: ignore[arg-type]
+            return
         for f in self._stream:
             yield f.local_path

@@ -1,0 +1,329 @@
+"""Pack a volume folder of small files into large Parquet shards, which readers stream at bandwidth speed.
+
+Every open on a volume is a network round trip, so small files are read at
+(reads in flight / latency) files per second whatever the bandwidth; a shard
+of 1 GiB is read at bandwidth speed. `pack` reads the files through the core
+(concurrent reads, retried), writes each shard on local disk, then copies it
+onto the volume in one sequential pass under a hidden name and renames it
+into place: the volume sees only whole files written front to back and file
+renames, which object storage offers (no links, locks, folder renames,
+appends or seeks). A shard is copied while the next one is built.
+
+Each packed file is one row: `path` (relative to the source folder), `size`,
+`mtime` (nanoseconds since the epoch), `bytes`, and `label` (the parent
+folder's name) when every file sits in a class folder. Any Parquet reader
+reads the shards: `load_dataset("parquet")`, `ray.data.read_parquet`, Spark,
+DuckDB. This library's front doors read a pack as if it were the loose files
+(see `air_core.pack_store` for the layout and how readers find it).
+
+Row groups hold about 16 MiB of files by default: the unit that readers
+split among ranks and workers and decode at once. Smaller groups cost more
+footer and per-read overhead (a 1 GiB shard of 16 MiB groups has 64); larger
+ones hold more memory per DataLoader worker (a decoded group and the next)
+and split less evenly over 48 streams per node. 16 MiB is also the range the
+node cache copies a large file by, and `export_delta`'s row group size.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import secrets
+import shutil
+import tempfile
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Sequence
+
+from tqdm import tqdm
+
+from . import options, volume
+from .cache import read_bytes
+from .delta.publication import _node_lock
+from .errors import VolumePathError
+from .fetch import ordered_map, retrying
+from .manifest import Manifest, list_folder
+from .pack_layout import layout, parse_size
+from .pack_store import GENERATIONS, INDEX, MARKER, OFFSETS, POINTER, POINTER_TMP, marker, offsets_name, point_at, \
+    read_pointer, shard_name, write_whole
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+DEFAULT_SHARD_SIZE = 1 << 30
+DEFAULT_ROW_GROUP_SIZE = 16 << 20
+DEFAULT_THREADS = 64
+_READ_AHEAD_BYTES = 256 << 20
+_BINARY_MAX = 2**31 - 1
+
+
+@dataclass(frozen=True)
+class PackResult:
+    """What a pack holds, and what this run did.
+
+    Attributes:
+        dest: the destination's volume path (what readers are given).
+        path: the volume path of this generation's own folder (give it to
+            readers that list a folder: `load_dataset("parquet", data_dir=...)`).
+        files: files packed.
+        bytes: bytes of the files packed.
+        shards: the shards' file names in `path`.
+        written: shards this run wrote (fewer than all when it resumed a killed run).
+        skipped: True when `dest` already held this pack of the unchanged source: nothing was written.
+    """
+
+    dest: str
+    path: str
+    files: int
+    bytes: int
+    shards: tuple[str, ...]
+    written: int
+    skipped: bool
+
+
+def pack(
+    src: str,
+    dst: str,
+    *,
+    shard_size: int | str = DEFAULT_SHARD_SIZE,
+    row_group_size: int | str = DEFAULT_ROW_GROUP_SIZE,
+    include: str | Sequence[str] | None = None,
+    exclude: str | Sequence[str] | None = None,
+    threads: int = DEFAULT_THREADS,
+    progress: bool = False,
+) -> PackResult:
+    """Pack the files under the volume folder `src` into Parquet shards under the volume folder `dst`.
+
+    Packing an unchanged source again writes nothing. A run killed at any
+    point leaves the previous generation served, and running it again keeps
+    the shards it finished. A changed source (a file added, removed or
+    modified) is packed into a new generation, which readers switch to once
+    it is complete; the one it replaces is removed by a pack an hour later.
+
+    Args:
+        src: the volume folder of files to pack, `/Volumes/<catalog>/<schema>/<volume>/...`.
+        dst: the volume folder to publish the pack at: new, empty, or an earlier pack's.
+        shard_size: about how big each shard is (bytes, or text such as "1GiB").
+        row_group_size: about how many bytes of files each row group holds.
+        include, exclude: glob(s) of files to pack / leave out, relative to `src`.
+        threads: files read from `src` at once (reads in flight decide small-file speed).
+        progress: show a progress bar of the bytes packed.
+
+    Raises:
+        VolumePathError: a malformed or missing path, `dst` inside `src` (or
+            `src` inside `dst`), or `dst` holding something other than a pack.
+        EmptyVolumeError: `src` holds no file (that the globs select).
+        OptionError: a size or thread count out of range.
+        FetchError: a file that stays unreadable, or changed while being packed.
+    """
+    options.whole("threads", threads, low=1)
+    shard_bytes, group_bytes = parse_size(shard_size), parse_size(row_group_size)
+    s, d = volume.parse(src), volume.parse(dst)
+    _check_places(s, d)
+    manifest = list_folder(s.path, include=include, exclude=exclude)
+    settings = {"shard_size": shard_bytes, "row_group_size": group_bytes, "include": include, "exclude": exclude}
+    name = _generation_name(manifest, settings)
+    pointer = _current(d)
+    if _holds(d, pointer, name):
+        return _result(d, name, manifest, written=0, skipped=True)
+    with _node_lock(d.local):
+        if _holds(d, _current(d), name):  # another process of this node packed it while this one waited
+            return _result(d, name, manifest, written=0, skipped=True)
+        folder = os.path.join(d.local, GENERATIONS, name)
+        try:
+            os.makedirs(folder, exist_ok=True)
+            volume.check_inside(d, folder)
+        except OSError as e:
+            raise VolumePathError(f"cannot write a pack into {d.path}: {e.strerror or e}; "
+                                  "choose a destination you can write to") from None
+        shards = layout(manifest.sizes, shard_bytes, group_bytes)
+        todo = [k for k in range(len(shards)) if not os.path.exists(os.path.join(folder, shard_name(k)))]
+        labels = all("/" in p for p in manifest.paths)
+        _write_shards(manifest, shards, todo, folder, labels=labels, threads=threads, progress=progress)
+        _write_index(manifest, folder, len(shards))
+        listed = [{"name": shard_name(k), "size": os.path.getsize(os.path.join(folder, shard_name(k))),
+                   "row_groups": [[b - a, int(manifest.sizes[a:b].sum())] for a, b in groups]}
+                  for k, groups in enumerate(shards)]
+        mark = marker(s.path, manifest.fingerprint, len(manifest), labels, listed, settings)
+        write_whole(os.path.join(folder, MARKER), json.dumps(mark).encode())
+        point_at(d, name)
+        return _result(d, name, manifest, written=len(todo), skipped=False)
+
+
+def _check_places(s: volume.VolumePath, d: volume.VolumePath) -> None:
+    volume.require_dir(s)
+    if d.path == d.volume:
+        raise VolumePathError(f"{d.path} is a volume's root: pack into a folder inside it, "
+                              f"e.g. {d.volume}/packs/<name>")
+    if os.path.basename(d.path)[0] in "._":
+        raise VolumePathError(f"{d.path}: a destination starting with '.' or '_' is skipped by listings; "
+                              "choose a name that readers will see")
+    real_s, real_d = os.path.realpath(s.local), os.path.realpath(d.local)
+    if real_d == real_s or real_d.startswith(real_s + "/"):
+        raise VolumePathError(f"{d.path} is inside the source {s.path}: the pack would be packed into itself "
+                              "next time; choose a destination outside the source")
+    if real_s.startswith(real_d + "/"):
+        raise VolumePathError(f"the source {s.path} is inside the destination {d.path}: choose a destination "
+                              "outside the source")
+
+
+def _current(d: volume.VolumePath) -> dict | None:
+    """The destination's pointer, or None when it has none yet; refuses a folder that holds anything else."""
+    pointer = read_pointer(d)
+    if pointer is not None or not os.path.lexists(d.local):
+        return pointer
+    if not os.path.isdir(d.local) or any(n not in (GENERATIONS, POINTER) and not n.startswith(POINTER_TMP)
+                                         for n in os.listdir(d.local)):
+        raise VolumePathError(f"{d.path} already exists and is not a pack made by air-data pack: remove it, "
+                              "or choose another destination")
+    return None
+
+
+def _holds(d: volume.VolumePath, pointer: dict | None, name: str) -> bool:
+    return (pointer is not None and pointer["generation"] == f"{GENERATIONS}/{name}"
+            and os.path.isfile(os.path.join(d.local, GENERATIONS, name, MARKER)))
+
+
+def _generation_name(manifest: Manifest, settings: dict) -> str:
+    """Named for what it packs, so that a killed run finds its folder again."""
+    key = json.dumps({"source": manifest.root, "fingerprint": manifest.fingerprint, **settings}, sort_keys=True)
+    return "g-" + hashlib.sha256(key.encode()).hexdigest()[:24]
+
+
+def _result(d: volume.VolumePath, name: str, manifest: Manifest, *, written: int, skipped: bool) -> PackResult:
+    folder = os.path.join(d.local, GENERATIONS, name)
+    with open(os.path.join(folder, MARKER)) as f:
+        shards = tuple(s["name"] for s in json.load(f)["shards"])
+    return PackResult(dest=d.path, path=f"{d.path}/{GENERATIONS}/{name}", files=len(manifest),
+                      bytes=int(manifest.sizes.sum()), shards=shards, written=written, skipped=skipped)
+
+
+def _write_shards(manifest: Manifest, shards: list[list[tuple[int, int]]], todo: list[int], folder: str, *,
+                  labels: bool, threads: int, progress: bool) -> None:
+    """Build each shard in `todo` on local disk and copy it onto the volume while the next one is built."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    root, local_root = manifest.root, volume.parse(manifest.root).local
+    paths, sizes, mtimes = manifest.paths, manifest.sizes, manifest.mtimes
+    largest_group = max((int(sizes[a:b].sum()) for groups in shards for a, b in groups), default=0)
+    schema = _schema(labels, pa.binary() if largest_group <= _BINARY_MAX else pa.large_binary())
+
+    def read(i: int) -> bytes:
+        rel = paths[i]
+        return retrying(lambda: read_bytes(f"{local_root}/{rel}", f"{root}/{rel}", int(sizes[i]), int(mtimes[i])),
+                        f"{root}/{rel}")
+
+    positions = [i for k in todo for a, b in shards[k] for i in range(a, b)]
+    total = int(sizes[positions].sum()) if positions else 0
+    contents = ordered_map(read, ((i, int(sizes[i])) for i in positions), threads=threads, max_ahead=4 * threads,
+                           max_bytes=_READ_AHEAD_BYTES)
+    stage = tempfile.mkdtemp(prefix="air-pack-")
+    copies: list[Future] = []
+    try:
+        with ThreadPoolExecutor(1, thread_name_prefix="air-pack-copy") as copier, \
+                tqdm(total=total, unit="B", unit_scale=True, desc="pack", disable=not progress) as bar:
+            for k in todo:
+                local = os.path.join(stage, shard_name(k))
+                offsets: list[int] = []
+                with pq.ParquetWriter(local, schema, compression={"bytes": "none"}, use_dictionary=["label"],
+                                      write_statistics=["path", "size", "mtime", "label"]) as writer, \
+                        open(local, "rb", buffering=0) as written:
+                    for a, b in shards[k]:
+                        blobs = [next(contents) for _ in range(a, b)]
+                        start = os.fstat(written.fileno()).st_size
+                        writer.write_table(_rows(manifest, a, b, blobs, schema))  # the row group is on disk now
+                        offsets += _locate(blobs, written, start)
+                        bar.update(sum(map(len, blobs)))
+                copies.append(copier.submit(_copy_shard, local, offsets, folder, k))
+                while len(copies) > 1:  # at most one shard copying while the next one is built
+                    copies.pop(0).result()
+            for c in copies:
+                c.result()
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+
+
+def _schema(labels: bool, binary: pa.DataType) -> pa.Schema:
+    import pyarrow as pa
+
+    fields = [pa.field("path", pa.string()), pa.field("size", pa.int64()), pa.field("mtime", pa.int64()),
+              pa.field("bytes", binary)]
+    return pa.schema(fields + ([pa.field("label", pa.string())] if labels else []))
+
+
+def _rows(manifest: Manifest, a: int, b: int, blobs: list[bytes], schema: pa.Schema) -> pa.Table:
+    import pyarrow as pa
+
+    paths = manifest.paths[a:b]
+    cols = {"path": paths, "size": manifest.sizes[a:b], "mtime": manifest.mtimes[a:b], "bytes": blobs}
+    if "label" in schema.names:
+        cols["label"] = [p.rsplit("/", 2)[-2] for p in paths]
+    return pa.Table.from_pydict(cols, schema=schema)
+
+
+def _locate(blobs: list[bytes], written, start: int) -> list[int]:
+    """Where each of `blobs` sits in the shard: the row group just written from `start` on.
+
+    Uncompressed, without a dictionary, Parquet stores each value whole,
+    after its length as 4 bytes, in order, with a page header between pages.
+    So each value is the first place past the previous one where its length
+    and then itself are found. Readers of a stream then read a file with one
+    `pread` from the cached shard, as they read a loose file, instead of
+    decoding its row group.
+    """
+    region = os.pread(written.fileno(), os.fstat(written.fileno()).st_size - start, start)
+    out, at = [], 0
+    for blob in blobs:
+        # Short, so finding it scans at most a page header; its tail is checked too (a whole compare
+        # would cost another pass over the data, and nothing but the value itself fits both ends).
+        head, tail = len(blob).to_bytes(4, "little") + blob[:12], blob[-12:]
+        found = region.find(head, at)
+        while found >= 0 and not region.startswith(tail, found + 4 + len(blob) - len(tail)):
+            found = region.find(head, found + 1)
+        if found < 0:
+            raise AssertionError("a packed file was not stored whole in its shard")  # see the writer's options
+        out.append(start + found + 4)
+        at = found + 4 + len(blob)
+    return out
+
+
+def _copy_shard(local: str, offsets: list[int], folder: str, k: int) -> None:
+    """Copy shard `k` onto the volume after its files' offsets: a shard that is there always has them."""
+    import numpy as np
+
+    offsets_file = f"{local}.offsets"
+    np.asarray(offsets, dtype="<i8").tofile(offsets_file)
+    _copy_onto_volume(offsets_file, os.path.join(folder, offsets_name(k)))
+    _copy_onto_volume(local, os.path.join(folder, shard_name(k)))
+
+
+def _copy_onto_volume(local: str, target: str) -> None:
+    """Copy a local file onto the volume front to back under a hidden name, rename it into place, drop the local one.
+
+    The hidden name is unique to this run: a copy killed midway is never
+    taken for a shard, nor written into by the next run.
+    """
+    folder, name = os.path.split(target)
+    tmp = os.path.join(folder, f".{name}.{secrets.token_hex(4)}.part")
+    shutil.copyfile(local, tmp)  # front to back, inside the kernel where it can (sendfile): no Python buffer
+    os.replace(tmp, target)
+    os.unlink(local)
+
+
+def _write_index(manifest: Manifest, folder: str, shards: int) -> None:
+    """The packed files' listing, and where each sits in its shard, which readers plan and read from."""
+    with tempfile.TemporaryDirectory(prefix="air-pack-") as stage:
+        local = os.path.join(stage, INDEX)
+        manifest.save(local)
+        _copy_onto_volume(local, os.path.join(folder, INDEX))
+        local = os.path.join(stage, OFFSETS)
+        with open(local, "wb") as out:
+            for k in range(shards):
+                with open(os.path.join(folder, offsets_name(k)), "rb") as part:
+                    shutil.copyfileobj(part, out)
+        _copy_onto_volume(local, os.path.join(folder, OFFSETS))
+
+
+__all__ = ["DEFAULT_ROW_GROUP_SIZE", "DEFAULT_SHARD_SIZE", "PackResult", "pack"]

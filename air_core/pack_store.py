@@ -1,0 +1,214 @@
+"""A pack on a volume: its folders, its markers, and how readers find the current generation.
+
+A pack is published as `export_delta` publishes an export (see
+`air_core.delta.publication`), with only what object storage offers: each
+generation is written into a folder of its own, and a pointer file, written
+whole under a temporary name and renamed over the previous one, names the
+current generation:
+
+    dst/_air_pack.json                       the pointer: which generation is current (+ retired ones)
+    dst/_packs/<generation>/part-00000.parquet ...   the shards: a row per packed file
+    dst/_packs/<generation>/.index.listing           the packed files' listing (air_core.Manifest)
+    dst/_packs/<generation>/.offsets                 where each file's bytes start in its shard (int64, LE)
+    dst/_packs/<generation>/.part-00000.offsets ...  the same, per shard, copied before the shard
+    dst/_packs/<generation>/.pack.json               the generation's marker, written last
+
+The generation's own files are hidden (a leading `.`), so that a reader given
+its folder (`load_dataset("parquet", data_dir=...)`, Spark, DuckDB) finds
+exactly the shards.
+
+A generation is named for what it packs (source, its fingerprint, sizes), so
+a run that was killed finds its folder again and keeps the shards it
+finished: a shard gets its name only once it is complete on the volume. The
+generation's marker lists the shards, their row groups and the source's
+fingerprint; the pointer names a generation only once its marker is there.
+Readers resolve `dst` (or a generation folder) through `pack_folder`, and
+read one generation to its end: a replaced generation is kept for
+`GRACE_SECONDS`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import time
+from dataclasses import dataclass
+
+from . import volume
+from .delta.publication import GRACE_SECONDS
+from .errors import VolumePathError
+
+POINTER = "_air_pack.json"
+GENERATIONS = "_packs"
+MARKER = ".pack.json"
+INDEX = ".index.listing"
+OFFSETS = ".offsets"
+FORMAT = 1
+POINTER_TMP = f".{POINTER}."
+
+
+@dataclass(frozen=True)
+class Shard:
+    """One shard of a generation.
+
+    Attributes:
+        name: its file name in the generation folder.
+        size: its size in bytes.
+        row_groups: rows (packed files) of each of its row groups, in order.
+        row_group_bytes: bytes of each row group's files.
+    """
+
+    name: str
+    size: int
+    row_groups: tuple[int, ...]
+    row_group_bytes: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Generation:
+    """A complete generation, as its marker describes it.
+
+    Attributes:
+        path: the generation folder's volume path.
+        source: the volume folder that was packed.
+        source_fingerprint: the fingerprint of the listing that was packed.
+        files: files packed.
+        labels: whether the shards have a `label` column (every file sat in a class folder).
+        shards: the shards, in listing order.
+    """
+
+    path: str
+    source: str
+    source_fingerprint: str
+    files: int
+    labels: bool
+    shards: tuple[Shard, ...]
+
+
+def shard_name(k: int) -> str:
+    """The file name of shard `k`."""
+    return f"part-{k:05d}.parquet"
+
+
+def offsets_name(k: int) -> str:
+    """The file that holds shard `k`'s offsets until the generation's `OFFSETS` gathers them all."""
+    return f".part-{k:05d}.offsets"
+
+
+def pack_folder(path: str) -> str | None:
+    """The generation folder to read when `path` is a pack, else None.
+
+    `path` may be a pack's destination (its pointer names the current
+    generation) or a generation folder itself.
+
+    Raises:
+        VolumePathError: `path` holds a pointer that is unreadable or names a
+            missing generation.
+    """
+    vp = volume.parse(path)
+    if os.path.isfile(os.path.join(vp.local, MARKER)):
+        return vp.path
+    pointer = read_pointer(vp)
+    if pointer is None:
+        return None
+    folder = f"{vp.path}/{pointer['generation']}"
+    if not os.path.isfile(os.path.join(vp.local, pointer["generation"], MARKER)):
+        raise VolumePathError(f"{vp.path} is a pack whose current generation {folder} is missing (removed by "
+                              "hand?): pack the source into it again")
+    return folder
+
+
+def read_pointer(vp: volume.VolumePath) -> dict | None:
+    """The destination's pointer, checked; None when there is none."""
+    path = os.path.join(vp.local, POINTER)
+    if not os.path.isfile(path):  # every resolve asks: a lookup, not an open, for the folders that are no pack
+        return None
+    try:
+        with open(path) as f:
+            text = f.read()
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    try:
+        pointer = json.loads(text)
+    except ValueError:
+        pointer = None
+    gen = pointer.get("generation") if isinstance(pointer, dict) else None
+    if (not isinstance(pointer, dict) or pointer.get("format") != FORMAT or not isinstance(gen, str)
+            or not gen.startswith(GENERATIONS + "/") or "/" in gen[len(GENERATIONS) + 1:]):
+        raise VolumePathError(f"{vp.path}/{POINTER} is not a pointer written by air-data pack: remove it, "
+                              "or choose another destination")
+    return pointer
+
+
+def load_generation(folder: str) -> Generation:
+    """The generation in `folder` (a volume path), from its marker."""
+    vp = volume.parse(folder)
+    try:
+        with open(os.path.join(vp.local, MARKER)) as f:
+            m = json.load(f)
+        shards = tuple(Shard(s["name"], s["size"], tuple(r for r, _ in s["row_groups"]),
+                             tuple(b for _, b in s["row_groups"])) for s in m["shards"])
+        return Generation(vp.path, m["source"], m["source_fingerprint"], m["files"], m["labels"], shards)
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise VolumePathError(f"{vp.path}/{MARKER} is not a pack marker this version reads ({e}): "
+                              "pack the source again") from None
+
+
+def marker(source: str, fingerprint: str, files: int, labels: bool, shards: list[dict], options: dict) -> dict:
+    """A generation's marker: what `load_generation` reads back."""
+    return {"format": FORMAT, "source": source, "source_fingerprint": fingerprint, "files": files,
+            "labels": labels, "options": options, "shards": shards,
+            "packed_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+
+
+def write_whole(local_path: str, data: bytes) -> None:
+    """Write a small file on a volume front to back under a hidden name, then rename it into place."""
+    folder, name = os.path.split(local_path)
+    tmp = os.path.join(folder, f".{name}.{os.getpid()}.tmp")
+    with open(tmp, "wb") as f:
+        f.write(data)
+    os.replace(tmp, local_path)
+
+
+def point_at(vp: volume.VolumePath, generation: str) -> None:
+    """Make `generation` (a name under `_packs`) current: the commit point; then sweep old generations."""
+    now = time.time()
+    previous = read_pointer(vp)
+    retired = {} if previous is None else {
+        g: t for g, t in previous.get("retired", {}).items() if os.path.isdir(os.path.join(vp.local, g))}
+    current = f"{GENERATIONS}/{generation}"
+    if previous is not None and previous["generation"] != current:
+        retired[previous["generation"]] = now
+    retired.pop(current, None)
+    pointer = {"format": FORMAT, "generation": current, "retired": retired}
+    write_whole(os.path.join(vp.local, POINTER), json.dumps(pointer, indent=1).encode())
+    _sweep(vp, current, retired, now)
+
+
+def _sweep(vp: volume.VolumePath, current: str, retired: dict[str, float], now: float) -> None:
+    """Remove generations retired `GRACE_SECONDS` ago, and leftovers of other runs untouched as long.
+
+    Leftovers are whole generations a killed run began, and in the current
+    one the hidden copies that a killed run left unfinished (`*.part`).
+    """
+    root = os.path.join(vp.local, GENERATIONS)
+    for entry in os.scandir(root):
+        name = f"{GENERATIONS}/{entry.name}"
+        if name == current:
+            for part in os.scandir(entry.path):
+                with contextlib.suppress(FileNotFoundError):  # another packer's copy, renamed meanwhile
+                    if part.name.endswith(".part") and now - part.stat().st_mtime >= GRACE_SECONDS:
+                        os.unlink(part.path)
+            continue
+        with contextlib.suppress(FileNotFoundError):  # another packer may sweep it too: gone is fine
+            since = retired.get(name)
+            if since is None:
+                since = max([entry.stat().st_mtime] + [e.stat().st_mtime for e in os.scandir(entry.path)])
+            if now - since >= GRACE_SECONDS:
+                shutil.rmtree(entry.path, ignore_errors=True)
+
+
+__all__ = ["GENERATIONS", "INDEX", "MARKER", "POINTER", "Generation", "Shard", "load_generation", "pack_folder",
+           "point_at"]

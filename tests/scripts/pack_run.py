@@ -1,0 +1,37 @@
+"""Pack SRC into DST in this process, optionally dying by SIGKILL partway; prints the PackResult as JSON.
+
+Usage: pack_run.py SRC DST SHARD_SIZE [KILL_AT]
+KILL_AT (optional): the number of files copied onto the volume (shards, their offsets, the index) after
+which the process kills itself with SIGKILL, halfway through writing the next one.
+"""
+
+import dataclasses
+import json
+import os
+import signal
+import sys
+
+import air_core
+
+pack_module = sys.modules["air_core.pack"]
+src, dst, shard_size = sys.argv[1], sys.argv[2], int(sys.argv[3])
+kill_at = int(sys.argv[4]) if len(sys.argv) > 4 else None
+copy = pack_module._copy_onto_volume
+copied = 0
+
+
+def copy_then_die(local: str, target: str) -> None:
+    global copied
+    if copied == kill_at:  # die halfway through writing this file onto the volume
+        folder, name = os.path.split(target)
+        with open(local, "rb") as f, open(os.path.join(folder, f".{name}.dying.part"), "wb") as out:
+            out.write(f.read(os.path.getsize(local) // 2))
+            out.flush()
+            os.kill(os.getpid(), signal.SIGKILL)
+    copy(local, target)
+    copied += 1
+
+
+pack_module._copy_onto_volume = copy_then_die
+result = air_core.pack(src, dst, shard_size=shard_size, row_group_size=shard_size // 4, threads=8)
+print(json.dumps(dataclasses.asdict(result)))

@@ -1,0 +1,320 @@
+"""Packs: air-data pack, and every front door reading a pack as the loose files it holds."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from air_core import EmptyVolumeError, FileStream, OptionError, VolumePathError, pack, resolve_source, run_state
+from air_core.grid import Grid
+from air_core.pack_layout import cuts, parse_size
+from air_core.pack_plan import plan as pack_plan
+from air_core.pack_store import GENERATIONS, POINTER, pack_folder
+
+RUN = Path(__file__).parent / "scripts" / "pack_run.py"
+SHARD = 40_000  # ~30 files of the volume below per shard: several shards, row groups of ~8 files
+
+
+def loose_files(volume, folder: str = "d", n: int = 90) -> dict[str, bytes]:
+    """n files in class folders, of varied sizes; returns {volume path: bytes}."""
+    volume.files(folder, n, size=lambda i: 200 + (i * 7919) % 2500)
+    return {f.path: f.read_bytes() for f in FileStream(volume.path(folder))}
+
+
+def read(path: str, **kw) -> list[tuple[str, bytes]]:
+    return [(f.path, f.read_bytes()) for f in FileStream(path, **kw)]
+
+
+# -- layout and plan: pure -------------------------------------------------------------------
+
+
+def test_cuts_are_contiguous_even_and_never_empty():
+    assert cuts([10] * 10, 30) == [(0, 3), (3, 5), (5, 8), (8, 10)]
+    assert cuts([100, 1, 1, 1], 50) == [(0, 1), (1, 4)]
+    assert cuts([5] * 3, 1) == [(0, 1), (1, 2), (2, 3)]
+    assert cuts([], 10) == []
+    assert (parse_size("1GiB"), parse_size("512MiB"), parse_size("2GB"), parse_size(7)) == (1 << 30, 1 << 29,
+                                                                                            2 * 10**9, 7)
+    with pytest.raises(OptionError, match="1GiB"):
+        parse_size("lots")
+
+
+@pytest.mark.parametrize("equalize", ["none", "pad", "drop"])
+def test_plan_covers_every_file_once_in_row_group_runs(equalize):
+    rows = [7, 3, 9, 9, 2, 8, 5]
+    streams = [pack_plan(rows, Grid(r, 3, w, 2), shuffle=True, seed=4, epoch=1, equalize=equalize)
+               for r in range(3) for w in range(2)]
+    per_rank = [len(streams[2 * r]) + len(streams[2 * r + 1]) for r in range(3)]
+    got = [i for s in streams for i in s]
+    if equalize == "none":
+        assert sorted(got) == list(range(43)) and max(per_rank) - min(per_rank) <= 1
+    else:
+        assert per_rank == [15, 15, 15] if equalize == "pad" else [14, 14, 14]
+        assert len(set(got)) == (43 if equalize == "pad" else 42)
+    unit = [u for u, n in enumerate(rows) for _ in range(n)]
+    for s in streams:  # a row group's files come together: each stream reads each of its row groups once
+        runs = [unit[i] for k, i in enumerate(s) if k == 0 or unit[s[k - 1]] != unit[i]]
+        assert len(runs) == len(set(runs))
+
+
+def test_plan_is_the_same_on_every_rank_and_shuffles_within_row_groups():
+    rows = [50, 50]
+    a = pack_plan(rows, Grid(0, 1, 0, 1), shuffle=True, seed=1, epoch=0)
+    assert a == pack_plan(rows, Grid(0, 1, 0, 1), shuffle=True, seed=1, epoch=0)
+    assert a != pack_plan(rows, Grid(0, 1, 0, 1), shuffle=True, seed=1, epoch=1)
+    assert sorted(a[:50]) in (list(range(50)), list(range(50, 100))) and a[:50] != sorted(a[:50])
+
+
+# -- packing ----------------------------------------------------------------------------------
+
+
+def test_a_pack_reads_as_the_loose_files_and_packing_again_writes_nothing(volume):
+    loose = loose_files(volume)
+    r = pack(volume.path("d"), volume.path("packed"), shard_size=SHARD, row_group_size=SHARD // 4)
+    assert (r.files, r.written, r.skipped, r.bytes) == (90, len(r.shards), False, sum(map(len, loose.values())))
+    assert len(r.shards) > 2
+    assert dict(read(volume.path("packed"))) == loose
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(volume.local(r.path[len(volume.vol) + 1:]))  # any Parquet reader reads the shards
+    assert table.column_names == ["path", "size", "mtime", "bytes", "label"]
+    assert table.num_rows == 90 and set(table["label"].to_pylist()) == {"class0", "class1", "class2"}
+    stamp = {p: p.stat().st_mtime_ns for p in volume.local("packed").rglob("*")}
+    again = pack(volume.path("d"), volume.path("packed"), shard_size=SHARD, row_group_size=SHARD // 4)
+    assert again.skipped and again.path == r.path
+    assert {p: p.stat().st_mtime_ns for p in volume.local("packed").rglob("*")} == stamp
+
+
+def test_ranks_and_workers_read_each_packed_file_once(volume):
+    loose = loose_files(volume)
+    pack(volume.path("d"), volume.path("packed"), shard_size=SHARD, row_group_size=SHARD // 4)
+    got = [p for r in range(3) for w in range(2)
+           for p in read(volume.path("packed"), rank=r, world_size=3, worker=w, num_workers=2, shuffle=True)]
+    assert sorted(got) == sorted(loose.items())
+    counts = [len(FileStream(volume.path("packed"), rank=r, world_size=4, equalize="pad")) for r in range(4)]
+    assert counts == [23] * 4
+
+
+@pytest.mark.parametrize("new_grid", [(3, 2), (2, 3)])
+def test_resume_mid_epoch_on_the_same_or_another_grid_is_exactly_once(volume, new_grid):
+    loose = loose_files(volume)
+    pack(volume.path("d"), volume.path("packed"), shard_size=SHARD, row_group_size=SHARD // 4)
+    opts = dict(shuffle=True, seed=3)
+    first, states = [], []
+    for r in range(3):
+        for w in range(2):
+            s = FileStream(volume.path("packed"), rank=r, world_size=3, worker=w, num_workers=2, **opts)
+            it = iter(s)
+            first += [next(it).path for _ in range(4 + r + w)]
+            states.append(s.state_dict())
+    world, workers = new_grid
+    rest = []
+    for r in range(world):
+        for w in range(workers):
+            s = FileStream(volume.path("packed"), rank=r, world_size=world, worker=w, num_workers=workers, **opts)
+            s.load_state_dict(run_state(states))
+            rest += [f.path for f in s]
+    assert sorted(first + rest) == sorted(loose)
+    same = FileStream(volume.path("packed"), rank=1, world_size=3, worker=1, num_workers=2, **opts)
+    same.load_state_dict(states[3])  # one stream's own state, on its own grid
+    whole = [f.path for f in FileStream(volume.path("packed"), rank=1, world_size=3, worker=1, num_workers=2, **opts)]
+    assert [f.path for f in same] == whole[states[3]["consumed"]:]
+
+
+def test_a_state_over_the_loose_files_does_not_resume_the_pack(volume):
+    loose_files(volume)
+    pack(volume.path("d"), volume.path("packed"), shard_size=SHARD)
+    state = FileStream(volume.path("d")).state_dict()
+    with pytest.raises(Exception, match="different listing"):
+        FileStream(volume.path("packed")).load_state_dict(state)
+
+
+def test_a_changed_source_makes_a_new_generation_that_readers_take_once_complete(volume, tmp_path):
+    loose_files(volume)
+    first = pack(volume.path("d"), volume.path("packed"), shard_size=SHARD)
+    reader = FileStream(volume.path("packed"))  # resolved now: keeps reading its generation
+    volume.write("d/class0/new.bin", b"a new file")
+    died = subprocess.run([sys.executable, str(RUN), volume.path("d"), volume.path("packed"), str(SHARD), "2"],
+                          capture_output=True, text=True)
+    assert died.returncode == -9
+    assert pack_folder(volume.path("packed")) == first.path  # half a generation is never served
+    second = json.loads(subprocess.run([sys.executable, str(RUN), volume.path("d"), volume.path("packed"),
+                                        str(SHARD)], capture_output=True, text=True, check=True).stdout)
+    assert second["path"] != first.path and not second["skipped"]
+    assert pack_folder(volume.path("packed")) == second["path"]
+    now = dict(read(volume.path("packed")))
+    assert now[volume.path("d/class0/new.bin")] == b"a new file" and len(now) == 91
+    assert len([f.path for f in reader]) == 90  # the previous generation stays for readers still on it
+
+
+@pytest.mark.parametrize("kill_at", [0, 1, 3, 6])
+def test_a_pack_killed_at_any_point_resumes_where_it_stopped(volume, kill_at):
+    loose = loose_files(volume)
+    args = [sys.executable, str(RUN), volume.path("d"), volume.path("packed"), str(SHARD)]
+    died = subprocess.run(args + [str(kill_at)], capture_output=True, text=True)
+    assert died.returncode == -9
+    with pytest.raises(OptionError, match="is not a pack"):  # nothing published yet
+        resolve_source(volume.path("packed"), mode="pack")
+    done = json.loads(subprocess.run(args, capture_output=True, text=True, check=True).stdout)
+    assert done["written"] == len(done["shards"]) - kill_at // 2  # a shard and its offsets: two copies
+    assert dict(read(volume.path("packed"))) == loose
+
+
+@pytest.mark.slow
+def test_packing_passes_under_object_storage_semantics(volume, slowvol_so, tmp_path):
+    loose = loose_files(volume)
+    env = {**os.environ, "LD_PRELOAD": slowvol_so, "SLOWVOL_STRICT": "1", "SLOWVOL_PREFIX": f"{volume.root}/",
+           "SLOWVOL_OPEN_MS": "0", "SLOWVOL_LIST_MS": "0"}
+    args = [sys.executable, str(RUN), volume.path("d"), volume.path("packed"), str(SHARD)]
+    first = json.loads(subprocess.run(args, env=env, capture_output=True, text=True, check=True).stdout)
+    volume.write("d/class1/more.bin", b"more")
+    second = json.loads(subprocess.run(args, env=env, capture_output=True, text=True, check=True).stdout)
+    assert second["path"] != first["path"] and second["files"] == 91
+    got = dict(read(volume.path("packed")))
+    assert {p: got[p] for p in loose} == loose
+
+
+def test_bad_inputs_say_what_to_do(volume):
+    loose_files(volume)
+    with pytest.raises(VolumePathError, match="inside the source"):
+        pack(volume.path("d"), volume.path("d/packed"))
+    (volume.local("empty")).mkdir()
+    with pytest.raises(EmptyVolumeError, match="holds no file"):
+        pack(volume.path("empty"), volume.path("packed"))
+    volume.write("other/x.txt", "x")
+    with pytest.raises(VolumePathError, match="not a pack made by air-data pack"):
+        pack(volume.path("d"), volume.path("other"))
+    with pytest.raises(OptionError, match="is not a pack.*air-data pack"):
+        resolve_source(volume.path("d"), mode="pack")
+    pack(volume.path("d"), volume.path("packed"), shard_size=SHARD)
+    with pytest.raises(OptionError, match="read whole"):
+        FileStream(volume.path("packed"), include="*.bin")
+    with pytest.raises(OptionError, match="leave balance= and on_error= unset"):
+        FileStream(volume.path("packed"), balance="stride")
+    (volume.local("packed") / POINTER).write_text("{}")
+    with pytest.raises(VolumePathError, match="not a pointer written by air-data pack"):
+        FileStream(volume.path("packed"))
+
+
+def test_mode_parquet_reads_the_shards_rows(volume):
+    loose_files(volume)
+    r = pack(volume.path("d"), volume.path("packed"), shard_size=SHARD)
+    s = resolve_source(volume.path("packed"), mode="parquet")
+    assert s.mode == "parquet" and s.path == r.path and sum(u.num_rows for u in s.units()) == 90
+
+
+def test_cli_packs_with_a_progress_bar_and_a_summary(volume, capsys):
+    from air_core.cli import main
+
+    loose_files(volume)
+    assert main(["pack", volume.path("d"), volume.path("packed"), "--shard-size", "40k"]) == 0
+    assert "packed 90 files" in capsys.readouterr().out
+    assert main(["pack", volume.path("d"), volume.path("packed"), "--shard-size", "40k"]) == 0
+    assert "nothing written" in capsys.readouterr().out
+    assert main(["pack", volume.path("d"), volume.path("d/in")]) == 2
+    assert "inside the source" in capsys.readouterr().err
+    assert (volume.local("packed") / GENERATIONS).is_dir()
+
+
+# -- front doors ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("streaming", [True, False])
+def test_hf_reads_a_pack_as_the_loose_files(volume, streaming):
+    datasets = pytest.importorskip("datasets")
+    import air_hf  # noqa: F401
+
+    loose_files(volume)
+    pack(volume.path("d"), volume.path("packed"), shard_size=SHARD, row_group_size=SHARD // 4)
+
+    def rows(path, **kw):
+        ds = datasets.load_dataset("uc-volume", data_dir=path, split="train", streaming=streaming, decode="bytes",
+                                   labels=True, **kw)
+        return sorted((r["path"], r["size"], r["bytes"], r["label"]) for r in ds)
+
+    assert rows(volume.path("packed")) == rows(volume.path("d"))
+    assert rows(volume.path("packed"), shuffle=True, seed=2) == rows(volume.path("d"))
+    with pytest.raises(OptionError, match="is not a pack"):
+        datasets.load_dataset("uc-volume", data_dir=volume.path("d"), mode="pack", streaming=streaming)
+
+
+def test_hf_decodes_packed_images_and_text(volume):
+    datasets = pytest.importorskip("datasets")
+    import air_hf  # noqa: F401
+    from air_core.demo import build_volume
+
+    build_volume(str(volume.root), images=12, texts=6)
+    pack("/Volumes/demo/ml/raw/images", "/Volumes/demo/ml/raw/packs/images")
+    pack("/Volumes/demo/ml/raw/texts", "/Volumes/demo/ml/raw/packs/texts")
+    for folder, decode in (("images", "image"), ("texts", "text")):
+        loose, packed = (datasets.load_dataset("uc-volume", data_dir=d, split="train", streaming=True, decode=decode,
+                                               labels=True)
+                         for d in (f"/Volumes/demo/ml/raw/{folder}", f"/Volumes/demo/ml/raw/packs/{folder}"))
+        a = {r["path"]: r for r in loose}
+        b = {r["path"]: r for r in packed}
+        assert a.keys() == b.keys() and all(b[p]["label"] == a[p]["label"] for p in a)
+        if decode == "image":
+            assert all(b[p]["image"].tobytes() == a[p]["image"].tobytes() for p in a)
+        else:
+            assert all(b[p]["text"] == a[p]["text"] for p in a)
+
+
+@pytest.mark.slow
+def test_hf_dataloader_workers_over_a_pack_read_each_file_once(volume):
+    datasets = pytest.importorskip("datasets")
+    torch = pytest.importorskip("torch")
+    import air_hf  # noqa: F401
+
+    loose = loose_files(volume)
+    pack(volume.path("d"), volume.path("packed"), shard_size=SHARD, row_group_size=SHARD // 4)
+    ds = datasets.load_dataset("uc-volume", data_dir=volume.path("packed"), split="train", streaming=True,
+                               decode="bytes", num_workers=2)
+    loader = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=2)
+    assert sorted((r["path"], r["bytes"]) for r in loader) == sorted(loose.items())
+
+
+@pytest.mark.slow
+def test_ray_reads_a_pack_as_the_loose_files(volume, ray_cluster):
+    from air_ray import read_uc_volume
+
+    loose = loose_files(volume)
+    pack(volume.path("d"), volume.path("packed"), shard_size=SHARD, row_group_size=SHARD // 4)
+    rows = read_uc_volume(volume.path("packed"), include_bytes=True).take_all()
+    assert sorted((r["path"], r["bytes"]) for r in rows) == sorted(loose.items())
+    assert all(r["size"] == len(r["bytes"]) and r["local_path"] == "" for r in rows)
+    counts = [read_uc_volume(volume.path("packed"), rank=r, world_size=4, equalize="pad").count() for r in range(4)]
+    assert counts == [23] * 4
+
+
+@pytest.mark.slow
+def test_torch_dataset_over_a_pack_yields_named_in_memory_files(volume):
+    pytest.importorskip("torch")
+    from air_core.torch import DataLoader, PackedFile, UCVolumeDataset
+
+    loose = loose_files(volume)
+    pack(volume.path("d"), volume.path("packed"), shard_size=SHARD, row_group_size=SHARD // 4)
+    loader = DataLoader(UCVolumeDataset(volume.path("packed"), shuffle=True), batch_size=None, num_workers=2)
+    got = [(f.name, f.read()) for f in loader]
+    assert all(isinstance(f, PackedFile) for f in UCVolumeDataset(volume.path("packed")))
+    assert sorted(got) == sorted(loose.items())  # each file once, whole
+
+
+@pytest.mark.slow
+def test_notebook_runs(tmp_path, monkeypatch):
+    """notebooks/pack.ipynb runs from top to bottom on the venv's python3 kernel."""
+    nbformat = pytest.importorskip("nbformat")
+    from nbclient import NotebookClient
+
+    monkeypatch.delenv("AIR_VOLUMES_ROOT", raising=False)
+    monkeypatch.delenv("AIR_CACHE_DIR", raising=False)
+    nb = nbformat.read(Path(__file__).resolve().parent.parent / "notebooks" / "pack.ipynb", as_version=4)
+    NotebookClient(nb, kernel_name="python3", timeout=300, resources={"metadata": {"path": str(tmp_path)}}).execute()
+    printed = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []))
+    assert "packed 300 files" in printed and "writes nothing: True" in printed
+    assert "same rows as the loose files: True | 300 rows" in printed and "nothing twice: True" in printed
+    assert "a reader made before still reads 300 files; a new one reads 301" in printed
