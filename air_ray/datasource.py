@@ -379,7 +379,7 @@ class UCVolumeDatasource(Datasource):
                                    root=manifest.root, include_paths=self._include_paths,
                                    contents_type=self._contents_type, max_block_bytes=block_bytes,
                                    max_block_rows=row_limit)
-            meta = BlockMetadata(num_rows=len(files), size_bytes=sum(self._row_bytes(manifest, i) for i in files),
+            meta = BlockMetadata(num_rows=len(files), size_bytes=self._row_bytes(manifest, files),
                                  input_files=[shards.volume_path(k) for k in used], exec_stats=None)
             tasks.append(ReadTask(read_fn, meta, schema=schema, per_task_row_limit=row_limit))
         return tasks
