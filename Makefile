@@ -23,4 +23,5 @@ test-fast: $(VENV)/.installed
 	$(PY) -m pytest -m "not slow"
 
 bench: $(VENV)/.installed
+	$(VENV)/bin/pip install -q "databricks-sdk-air[data]"   # the reference, for side-by-side runs only
 	TMPDIR=/dev/shm $(PY) benchmarks/run_all.py
