@@ -12,6 +12,8 @@ of ranks and workers).
 
 from __future__ import annotations
 
+import gc
+import multiprocessing as mp
 import os
 import time
 from typing import Any, Callable, Iterator, NamedTuple
@@ -205,6 +207,7 @@ class DataLoader(torch.utils.data.DataLoader):
         self._workers_next_epoch: int | None = None
 
     def __iter__(self) -> Iterator:  # type: ignore[override]
+        self._freeze_before_fork()
         source = self._source
         if source is None:
             return _LoaderIterator(super().__iter__(), self, None)
@@ -224,6 +227,19 @@ class DataLoader(torch.utils.data.DataLoader):
             source.set_epoch(epoch + 1)
             self._workers_next_epoch = epoch + 1 if self.persistent_workers else None
         return _LoaderIterator(inner, self, self._pass)
+
+    def _freeze_before_fork(self) -> None:
+        # A forked worker's first full collection writes to every object it inherited, copying the
+        # parent's pages one by one: with torch loaded, a tenth of a second or more per worker before
+        # its first read (measured: 6 workers' first epoch 0.73 s, 0.33 s frozen). Objects alive now
+        # move to a generation the collector skips, as Python's gc.freeze documentation advises before fork.
+        if self.num_workers > 0 and (self._iterator is None or not self.persistent_workers):
+            context = self.multiprocessing_context
+            # allow_none: asking must not fix the start method for the user; the first listed is the default.
+            method = (context.get_start_method() if context is not None
+                      else mp.get_start_method(allow_none=True) or mp.get_all_start_methods()[0])
+            if method == "fork":
+                gc.freeze()
 
     def state_dict(self) -> dict[str, Any]:
         """The run's progress: what every rank has delivered (a collective: call it on every rank)."""
