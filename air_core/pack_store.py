@@ -37,7 +37,7 @@ import time
 from dataclasses import dataclass
 
 from . import volume
-from .delta.publication import GRACE_SECONDS
+from .delta.publication import GRACE_SECONDS, read_json
 from .errors import VolumePathError
 
 POINTER = "_air_pack.json"
@@ -122,18 +122,9 @@ def pack_folder(path: str) -> str | None:
 
 def read_pointer(vp: volume.VolumePath) -> dict | None:
     """The destination's pointer, checked; None when there is none."""
-    path = os.path.join(vp.local, POINTER)
-    if not os.path.isfile(path):  # every resolve asks: a lookup, not an open, for the folders that are no pack
+    pointer = read_json(os.path.join(vp.local, POINTER))
+    if pointer is None:
         return None
-    try:
-        with open(path) as f:
-            text = f.read()
-    except (FileNotFoundError, NotADirectoryError):
-        return None
-    try:
-        pointer = json.loads(text)
-    except ValueError:
-        pointer = None
     gen = pointer.get("generation") if isinstance(pointer, dict) else None
     if (not isinstance(pointer, dict) or pointer.get("format") != FORMAT or not isinstance(gen, str)
             or not gen.startswith(GENERATIONS + "/") or "/" in gen[len(GENERATIONS) + 1:]):

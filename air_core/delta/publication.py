@@ -266,20 +266,27 @@ class Destination:
                     _remove(entry)
 
 
-def _read_pointer(vp: volume.VolumePath) -> dict | None:
-    """The destination's pointer, checked; None when there is none."""
-    file = os.path.join(vp.local, POINTER)
-    if not os.path.isfile(file):  # most folders are no destination: a stat, not an open, says so
+def read_json(file: str) -> object:
+    """The JSON in `file`; None when there is no such file, False when its text is not JSON.
+
+    Every resolve asks a folder for a pointer, and most have none: a stat, not an open, says so.
+    """
+    if not os.path.isfile(file):
         return None
     try:
         with open(file) as f:
-            text = f.read()
+            return json.loads(f.read())
     except (FileNotFoundError, NotADirectoryError):
         return None
-    try:
-        pointer = json.loads(text)
     except ValueError:
-        pointer = None
+        return False
+
+
+def _read_pointer(vp: volume.VolumePath) -> dict | None:
+    """The destination's pointer, checked; None when there is none."""
+    pointer = read_json(os.path.join(vp.local, POINTER))
+    if pointer is None:
+        return None
     if isinstance(pointer, dict) and pointer.get("format") == 1:
         raise VolumePathError(
             f"{vp.path} holds an export made by an earlier version of export_delta (a link to a hidden folder "
