@@ -140,7 +140,7 @@ def headline(data: dict) -> tuple[list[tuple], dict[str, tuple[float, float | No
              s["extra_reads_pct_no_stalls_max"], "", None, "≤ 1 %", s["extra_reads_pct_no_stalls_max"] <= 1),
         ]
     if "scale" in data:
-        rec = data["scale"][1]
+        rec = [r for r in data["scale"][1] if "plan_s" in r]  # not the listing's record
         new, old = find(rec, code="new", files=10**7), find(rec, code="old", files=10**6)
         if new:
             n = new[0]
