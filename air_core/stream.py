@@ -274,20 +274,19 @@ class FileStream:
 
     def items(self, grid: Grid | None = None) -> list[int]:
         """Manifest indices this stream reads this epoch, in order (no resume applied)."""
-        if self.mode == "pack":
-            return self._plan(grid or self.grid(), None)
-        m = self.manifest
-        return plan_mod.plan(m.sizes, grid or self.grid(), epoch=self._epoch, by_size=m.largest_first,
-                             **self._plan_opts)
+        return self._plan(grid or self.grid(), None)
 
     def __len__(self) -> int:
         """Files this rank reads per epoch, all its DataLoader workers together."""
         if self.mode == "pack":
             units = [u.num_rows for u in self._source.units()]
             return pack_plan.rank_counts(units, self._world_size, equalize=self._plan_opts["equalize"])[self._rank]
-        shares = plan_mod.rank_shares(self.manifest.sizes, world_size=self._world_size, epoch=self._epoch,
-                                      **self._plan_opts)
-        return len(shares[self._rank])
+        m, o = self.manifest, self._plan_opts
+        epoch = plan_mod.Epoch(m.sizes, epoch=self._epoch, seed=o["seed"], shuffle=o["shuffle"],
+                               by_size=m.largest_first)
+        # This rank's share alone: dealing every rank's in read order would sort all of them.
+        deal = plan_mod.Deal(epoch, self._world_size, balance=o["balance"], equalize=o["equalize"], excluded=None)
+        return len(deal.share(self._rank))
 
     # -- iteration and resume ----------------------------------------------------
 
