@@ -104,7 +104,14 @@ def ray_cluster():
     """One local Ray cluster for the whole test session."""
     ray = pytest.importorskip("ray")
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
-    ray.init(address="local", num_cpus=2, object_store_memory=200 << 20, include_dashboard=False,
-             log_to_driver=False, configure_logging=False)
+    for attempt in range(2):
+        try:
+            ray.init(address="local", num_cpus=2, object_store_memory=200 << 20, include_dashboard=False,
+                     log_to_driver=False, configure_logging=False)
+            break
+        except RuntimeError:  # its GCS server can miss the start-up deadline on a loaded machine: once more
+            ray.shutdown()
+            if attempt:
+                raise
     yield ray
     ray.shutdown()
