@@ -35,6 +35,7 @@ LIST_THREADS = 32
 PROGRESS_AFTER_SECONDS = 2.0
 _MAGIC = b"AIRLIST2"
 _ALIGN = 64
+_CHUNK = 1 << 20
 
 
 class Paths(SequenceABC):
@@ -61,6 +62,20 @@ class Paths(SequenceABC):
         if not len(self):
             return []
         return self._blob[:-1].tobytes().decode().split("\0")
+
+    def endswith(self, suffix: str) -> np.ndarray:
+        """Whether each path ends with the ASCII `suffix`, ignoring case: a mask, without making any string."""
+        want = np.frombuffer(suffix.lower().encode("ascii"), dtype=np.uint8)
+        letters = (want >= ord("a")) & (want <= ord("z"))
+        out = np.empty(len(self), bool)
+        for lo in range(0, len(self), _CHUNK):  # in chunks: a temporary per byte of 10^7 paths would be 80 MB
+            starts, ends = self._offsets[lo:lo + _CHUNK + 1][:-1], self._offsets[lo + 1:lo + _CHUNK + 1] - 1
+            ok = ends - starts >= len(want)
+            for k in range(1, len(want) + 1):
+                got = self._blob[np.maximum(ends - k, 0)] | (np.uint8(0x20) if letters[-k] else np.uint8(0))
+                ok &= got == want[-k]
+            out[lo:lo + len(ok)] = ok
+        return out
 
 
 class Manifest:
@@ -120,11 +135,12 @@ class Manifest:
         `fingerprint`: the listing these rows were taken from (a read task's
         share of it); by default, their own.
         """
-        blob = np.frombuffer("".join(f"{r[0]}\0" for r in rows).encode(), dtype=np.uint8)
-        offsets = np.zeros(len(rows) + 1, dtype=np.int64)
+        n = len(rows)
+        blob = np.frombuffer("".join([f"{r[0]}\0" for r in rows]).encode(), dtype=np.uint8)
+        offsets = np.zeros(n + 1, dtype=np.int64)
         offsets[1:] = np.flatnonzero(blob == 0) + 1  # a path never holds NUL
-        sizes = np.array([r[1] for r in rows], dtype=np.int64)
-        mtimes = np.array([r[2] for r in rows], dtype=np.int64)
+        sizes = np.fromiter((r[1] for r in rows), np.int64, n)
+        mtimes = np.fromiter((r[2] for r in rows), np.int64, n)
         return cls(root, blob, offsets, sizes, mtimes, fingerprint)
 
     @cached_property
@@ -215,8 +231,8 @@ def _selected(rel: str, include: tuple[str, ...], exclude: tuple[str, ...], suff
     return not any(fnmatch.fnmatchcase(rel, g) for g in exclude)
 
 
-def _scan(vp: volume.VolumePath, local_dir: str, rel_dir: str):
-    """List one folder: (files as (rel, size, mtime), sub-folders as (local, rel, real))."""
+def _scan(vp: volume.VolumePath, local_dir: str, rel_dir: str, real_dir: str):
+    """List one folder (whose real path is `real_dir`): files as (rel, size, mtime), sub-folders as (local, rel, real)."""
     files, dirs = [], []
     with os.scandir(local_dir) as it:
         for e in it:
@@ -231,7 +247,7 @@ def _scan(vp: volume.VolumePath, local_dir: str, rel_dir: str):
                 else:
                     files.append((rel, st.st_size, st.st_mtime_ns))
             elif e.is_dir():
-                dirs.append((e.path, rel + "/", e.path))
+                dirs.append((e.path, rel + "/", f"{real_dir}/{e.name}"))  # no link on the way: no syscall to resolve it
             else:
                 st = e.stat()
                 files.append((rel, st.st_size, st.st_mtime_ns))
@@ -264,10 +280,11 @@ def list_folder(
     inc, exc = _patterns(include), _patterns(exclude)
     suffixes = tuple("." + e.lower().lstrip(".") for e in extensions or ())
     entries: list[tuple[str, int, int]] = []
-    seen = {os.path.realpath(vp.local)}
+    top = os.path.realpath(vp.local)
+    seen = {top}
     with ThreadPoolExecutor(LIST_THREADS, thread_name_prefix="air-list") as pool, \
             tqdm(desc=f"listing {vp.path}", unit=" files", delay=PROGRESS_AFTER_SECONDS, leave=False) as bar:
-        pending = {pool.submit(_scan, vp, vp.local, "")}
+        pending = {pool.submit(_scan, vp, vp.local, "", top)}
         while pending:
             done, pending = wait(pending, return_when=FIRST_COMPLETED)
             for fut in done:
@@ -277,10 +294,9 @@ def list_folder(
                     files = [f for f in files if _selected(f[0], inc, exc, suffixes)]
                 entries.extend(files)
                 for local, rel, real in dirs:
-                    real = os.path.realpath(real)
                     if real not in seen:  # a symlinked folder must not loop
                         seen.add(real)
-                        pending.add(pool.submit(_scan, vp, local, rel))
+                        pending.add(pool.submit(_scan, vp, local, rel, real))
     if not entries:
         what = f" matching include={list(inc)} exclude={list(exc)}" if inc or exc else ""
         what += f" with file_extensions={list(extensions)}" if extensions else ""

@@ -255,14 +255,15 @@ def _extensions(extensions: Sequence[str] | None) -> tuple[str, ...] | None:
 
 def _mode(manifest: Manifest, mode: str) -> str:
     """The mode to read in: the one given, checked against the files, or the one their names say."""
-    names = manifest.paths.tolist()
-    parquet = [p.lower().endswith(".parquet") for p in names]
-    if mode == "files" or (mode == "auto" and not any(parquet)):
+    if mode == "files":
         return "files"
-    if all(parquet):
+    parquet = manifest.paths.endswith(".parquet")
+    if mode == "auto" and not parquet.any():
+        return "files"
+    if parquet.all():
         return "parquet"
-    first = next(p for p, f in zip(names, parquet) if f) if any(parquet) else None
-    other = next(p for p, f in zip(names, parquet) if not f)
+    first = manifest.paths[int(parquet.argmax())] if parquet.any() else None
+    other = manifest.paths[int(parquet.argmin())]
     select = "select the Parquet files with include='*.parquet' or file_extensions=['parquet']"
     if mode == "parquet":
         raise OptionError(f"mode='parquet' but {manifest.root} holds other files ({other}): {select}")

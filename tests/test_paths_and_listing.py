@@ -3,8 +3,9 @@
 import os
 
 import pytest
+from hypothesis import given, strategies as st
 
-from air_core import EmptyVolumeError, FileStream, VolumePathError, list_folder
+from air_core import EmptyVolumeError, FileStream, Manifest, VolumePathError, list_folder
 from air_core.volume import parse
 
 
@@ -90,3 +91,10 @@ def test_listing_is_recursive_sorted_filtered_and_fingerprinted(volume):
     assert again.fingerprint == m.fingerprint
     volume.write("d/class0/f00000.bin", b"changed")
     assert list_folder(volume.path("d"), exclude="*.txt").fingerprint != m.fingerprint
+
+
+@given(st.lists(st.text(alphabet="aApPqQrReEtT.[{@`/\u0130\u00e9", min_size=1, max_size=12), max_size=30),
+       st.sampled_from([".parquet", ".PARQUET", ".jpg", "t"]))
+def test_suffix_mask_is_endswith_ignoring_ascii_case(paths, suffix):
+    m = Manifest.from_rows("/Volumes/c/s/v/d", [(p, 1, 1) for p in paths])
+    assert m.paths.endswith(suffix).tolist() == [p.lower().endswith(suffix.lower()) for p in paths]
