@@ -35,6 +35,7 @@ Balance = Literal["bytes", "stride"]
 Equalize = Literal["none", "pad", "drop"]
 BALANCES = ("bytes", "stride")
 EQUALIZES = ("none", "pad", "drop")
+_KEY_CHUNK = 1 << 20
 
 
 def epoch_order(n: int, *, epoch: int, seed: int, shuffle: bool) -> list[int]:
@@ -136,11 +137,11 @@ class Epoch:
         return largest_first(self.sizes)
 
     def in_order(self, items: np.ndarray) -> np.ndarray:
-        """`items` (in item order) in the epoch's read order: as `order` holds them, without sorting it all."""
+        """`items` (ascending) in the epoch's read order: as `order` holds them, without sorting it all."""
         epoch, seed, shuffle = self._shuffle
         if not shuffle:
             return items
-        keys = _epoch_keys(len(self.sizes), epoch, seed)[items]
+        keys = _epoch_keys(len(self.sizes), epoch, seed, items)
         keys.sort()
         keys &= np.uint64((1 << _item_bits(len(self.sizes))) - 1)
         return keys.view(np.int64)
@@ -167,12 +168,12 @@ class Deal:
             self.counts = np.bincount(self.rank_at, minlength=world_size)
             items = len(self.order)
         else:
-            # A rank's items, in item order; each share is put in read order by itself.
-            by_size = _without(epoch.by_size, excluded)
-            self.rank_of = np.full(len(epoch.sizes), -1, np.int32)
-            self.rank_of[by_size] = _snake_lanes(world_size, len(by_size))
-            self.counts = np.bincount(self.rank_of[by_size], minlength=world_size)
-            items = len(by_size)
+            # The snake deal gives the p-th largest item to lane p mod 2R, counted back from the end in the
+            # second half: each rank's items are two strides of the largest-first order, found without
+            # an array over every item (at 10**7 items, each is 40-80 MB in each of a node's 48 processes).
+            self.by_size = _without(epoch.by_size, excluded)
+            items = len(self.by_size)
+            self.counts = np.array([len(_lane_positions(world_size, rank, items)) for rank in range(world_size)])
         self.world_size, self.equalize, self.balance = world_size, equalize, balance
         # A resume's remainder may be smaller than the grid: then, like any remainder, it is dropped.
         if equalize == "drop" and items and excluded is None and not self.counts.min():
@@ -190,7 +191,8 @@ class Deal:
         """One rank's items, in the order it reads them."""
         if self.balance == "stride":
             return self._equalized(self.order[self.rank_at == rank])
-        return self._equalized(self.epoch.in_order(np.flatnonzero(self.rank_of == rank)))
+        mine = np.sort(self.by_size[_lane_positions(self.world_size, rank, len(self.by_size))])
+        return self._equalized(self.epoch.in_order(mine))
 
     def shares(self) -> list[np.ndarray]:
         """Every rank's items, in the order each reads them."""
@@ -231,6 +233,12 @@ def _snake_lanes(parts: int, n: int) -> np.ndarray:
     """The part of the 1st, 2nd, ... largest item: 0..parts-1, parts-1..0, ..."""
     lanes = np.arange(parts, dtype=np.int32)
     return _cycle(np.concatenate([lanes, lanes[::-1]]), n)
+
+
+def _lane_positions(parts: int, part: int, n: int) -> np.ndarray:
+    """The positions among n that `_snake_lanes(parts, n)` gives to `part`, ascending."""
+    period = 2 * parts
+    return np.sort(np.concatenate([np.arange(part, n, period), np.arange(period - 1 - part, n, period)]))
 
 
 def _cycle(pattern: np.ndarray, n: int) -> np.ndarray:
@@ -282,14 +290,28 @@ def _epoch_order(n: int, epoch: int, seed: int, shuffle: bool) -> np.ndarray:
     return keys.view(np.int64)
 
 
-def _epoch_keys(n: int, epoch: int, seed: int) -> np.ndarray:
-    """Each item's sort key of the epoch's shuffle: random high bits, the item in the low ones (distinct keys)."""
+def _epoch_keys(n: int, epoch: int, seed: int, items: np.ndarray | None = None) -> np.ndarray:
+    """Each item's sort key of the epoch's shuffle: random high bits, the item in the low ones (distinct keys).
+
+    `items` (ascending): the keys of these items alone, drawn a chunk of the
+    stream at a time, so a rank's keys cost no array over every item.
+    """
     digest = hashlib.sha256(f"air:{seed}:{epoch}".encode()).digest()
-    keys = np.random.PCG64(int.from_bytes(digest, "little")).random_raw(n)
+    stream = np.random.PCG64(int.from_bytes(digest, "little"))
+    if items is None:
+        keys = stream.random_raw(n)
+        items = np.arange(n, dtype=np.uint64)
+    else:
+        keys = np.empty(len(items), np.uint64)
+        cuts = np.searchsorted(items, np.arange(0, n, _KEY_CHUNK), side="left").tolist() + [len(items)]
+        for k, lo in enumerate(range(0, n, _KEY_CHUNK)):
+            raw = stream.random_raw(min(_KEY_CHUNK, n - lo))
+            keys[cuts[k]:cuts[k + 1]] = raw[items[cuts[k]:cuts[k + 1]] - lo]
+        items = items.astype(np.uint64)
     bits = _item_bits(n)
     keys >>= bits
     keys <<= bits
-    keys |= np.arange(n, dtype=np.uint64)
+    keys |= items
     return keys
 
 

@@ -251,3 +251,20 @@ def test_the_shuffle_is_a_seeded_permutation_fixed_by_its_seed():
     assert epoch_order(1000, epoch=2, seed=9, shuffle=True) != epoch_order(1000, epoch=2, seed=10, shuffle=True)
     # Fixed by (seed, epoch) alone, on any platform and numpy version: saved states replay it.
     assert epoch_order(10, epoch=1, seed=0, shuffle=True) == [5, 0, 3, 9, 6, 7, 8, 4, 1, 2]
+
+
+@pytest.mark.parametrize("chunk", [1, 5, 64, 1 << 20])
+def test_a_ranks_shuffle_keys_drawn_in_chunks_are_the_epochs_keys(monkeypatch, chunk):
+    import air_core.plan as plan_mod
+
+    monkeypatch.setattr(plan_mod, "_KEY_CHUNK", chunk)
+    rng = np.random.default_rng(chunk)
+    for n in (0, 1, 7, 63, 64, 65, 300):
+        items = np.flatnonzero(rng.random(n) < 0.4)
+        every = plan_mod._epoch_keys(n, 3, 11)
+        assert plan_mod._epoch_keys(n, 3, 11, items).tolist() == every[items].tolist()
+        sizes = rng.integers(0, 5, n).tolist()
+        for r in range(3):
+            grid = Grid(r, 3, 1, 2)
+            assert plan(sizes, grid, epoch=3, seed=11, shuffle=True) == old_plan(sizes, grid, epoch=3, seed=11,
+                                                                                  shuffle=True)
