@@ -12,7 +12,7 @@ files into Parquet shards that every front door reads as the loose files
 """
 
 from .cache import Cache, CacheStats, default_dir, entry_path_length
-from .dist import detect_rank, detect_worker
+from .dist import detect_rank, detect_worker, freeze_inherited
 from .errors import (
     AirError, EmptyVolumeError, FetchError, ManifestMismatchError, OptionError, ParquetError, StateError,
     VolumePathError,
@@ -35,7 +35,7 @@ __all__ = [
     "FileStream", "Grid", "MODES", "Manifest", "ManifestMismatchError", "Mode", "ON_ERRORS", "OnError",
     "OptionError", "ParquetError", "RowGroup", "RowSlice", "Skipped", "Source", "StateError", "VolumePathError",
     "check_columns", "default_dir", "default_fetch_threads", "detect_rank", "detect_worker", "entry_path_length",
-    "epoch_order", "export_delta", "list_folder", "pack", "PackResult", "rank_shares", "read_items", "resolve_source",
+    "epoch_order", "export_delta", "freeze_inherited", "list_folder", "pack", "PackResult", "rank_shares", "read_items", "resolve_source",
     "run_state", "snake", "split_rows", "unit_of", "without_skips",
 ]
 

@@ -13,6 +13,7 @@ every rank lists and the fingerprints are compared through torchrun's store.
 
 from __future__ import annotations
 
+import gc
 import os
 import sys
 from typing import Any, Callable
@@ -57,6 +58,26 @@ def detect_worker(worker: int | None = None, num_workers: int | None = None) -> 
         if info is not None:
             found = info.id, info.num_workers
     return (found[0] if worker is None else worker), (found[1] if num_workers is None else num_workers)
+
+
+_frozen_in: int | None = None
+
+
+def freeze_inherited() -> None:
+    """In a DataLoader worker, once: move the objects alive now to a generation the collector skips.
+
+    A full collection writes to every object it visits, so a forked worker's
+    first one copies every page of the objects it inherited from its parent:
+    with torch and a 10^7-file listing loaded, 31 MB more per worker (PSS),
+    measured. `air_core.torch.DataLoader` freezes before forking; this covers
+    the plain `torch.utils.data.DataLoader` and datasets' workers. Costs
+    nothing to call again (one check).
+    """
+    global _frozen_in
+    torch = sys.modules.get("torch")
+    if _frozen_in != os.getpid() and torch is not None and torch.utils.data.get_worker_info() is not None:
+        gc.freeze()
+        _frozen_in = os.getpid()
 
 
 def list_once(make: Callable[[], Manifest], folder: str) -> Manifest:

@@ -297,6 +297,7 @@ class FileStream:
         self._epoch = epoch
 
     def __iter__(self) -> Iterator[CachedFile]:
+        dist.freeze_inherited()
         grid = self.grid()
         resumed_from, done = self._take_pending(grid)
         items = self._plan(grid, resumed_from)

@@ -23,6 +23,7 @@ import pyarrow as pa
 
 from air_core import (
     EQUALIZES, MODES, ON_ERRORS, Cache, OptionError, Source, check_columns, default_fetch_threads, detect_rank,
+    freeze_inherited,
     read_items, resolve_source, tabular, volume, without_skips,
 )
 from air_core import options as check
@@ -205,6 +206,7 @@ class UCVolume(datasets.ArrowBasedBuilder):
         return super()._prepare_split(split_generator, **kwargs)
 
     def _generate_tables(self, shards: list) -> Iterator[tuple[int, pa.Table]]:
+        freeze_inherited()
         c, manifest = self.config, self._source.manifest
         cache = Cache(c.node_cache_dir, limit_bytes=c.node_cache_limit)
         threads = c.fetch_threads or default_fetch_threads()

@@ -1,5 +1,6 @@
 """FileStream end to end: ranks x workers, resume exactly-once, elastic resume, pickling."""
 
+import gc
 import json
 import os
 import pickle
@@ -10,6 +11,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+import torch.utils.data
 from conftest import torchrun
 
 from air_core import FileStream, StateError, run_state
@@ -248,3 +250,23 @@ def test_states_from_before_versions_resume_unless_they_resume_a_resume(volume):
     FileStream(volume.path("d"), rank=0, world_size=2).load_state_dict(by_hand)  # streams of this version
     with pytest.raises(StateError, match="version 9 is not supported"):
         FileStream(volume.path("d"), rank=0, world_size=2).load_state_dict({**a.state_dict(), "version": 9})
+
+
+class _FrozenCount(torch.utils.data.IterableDataset):
+    """The number of frozen objects in a worker once it has read its first file."""
+
+    def __init__(self, stream: FileStream) -> None:
+        self.stream = stream
+
+    def __iter__(self):
+        next(iter(self.stream))
+        yield gc.get_freeze_count()
+
+
+def test_a_plain_dataloader_worker_freezes_what_it_inherited(volume):
+    # Else its first full collection copies every page of the parent's objects (measured: 31 MB a worker).
+    volume.files("d", 8)
+    loader = torch.utils.data.DataLoader(_FrozenCount(FileStream(volume.path("d"))), num_workers=2,
+                                         batch_size=None, multiprocessing_context="fork")
+    assert all(n > 1000 for n in loader)
+    assert gc.get_freeze_count() == 0  # the parent is left as it was
