@@ -19,7 +19,7 @@ from .errors import (
 )
 from .grid import Grid
 from .manifest import Manifest, list_folder
-from .plan import BALANCES, EQUALIZES, Balance, Equalize, epoch_order, rank_shares, snake
+from .plan import BALANCES, EQUALIZES, Balance, Equalize, epoch_order, rank_share, rank_shares, snake
 from .resume import run_state
 from .pack import PackResult, pack
 from .row_plan import RowGroup, RowSlice, split_rows, unit_of
@@ -32,11 +32,11 @@ from .stream import (
 __all__ = [
     "AirError", "BALANCES", "Balance", "Cache", "CacheStats", "CachedFile", "DEFAULT_FETCH_THREADS",
     "DEFAULT_PREFETCH", "DEFAULT_PREFETCH_BYTES", "EQUALIZES", "EmptyVolumeError", "Equalize", "FetchError",
-    "FileStream", "Grid", "MODES", "Manifest", "ManifestMismatchError", "Mode", "ON_ERRORS", "OnError",
-    "OptionError", "ParquetError", "RowGroup", "RowSlice", "Skipped", "Source", "StateError", "VolumePathError",
-    "check_columns", "default_dir", "default_fetch_threads", "detect_rank", "detect_worker", "entry_path_length",
-    "epoch_order", "export_delta", "freeze_inherited", "list_folder", "pack", "PackResult", "rank_shares", "read_items", "resolve_source",
-    "run_state", "snake", "split_rows", "unit_of", "without_skips",
+    "FileStream", "Grid", "MODES", "Manifest", "ManifestMismatchError", "Mode", "ON_ERRORS", "OnError", "OptionError",
+    "ParquetError", "RowGroup", "RowSlice", "Skipped", "Source", "StateError", "VolumePathError", "check_columns",
+    "default_dir", "default_fetch_threads", "detect_rank", "detect_worker", "entry_path_length", "epoch_order",
+    "export_delta", "freeze_inherited", "list_folder", "pack", "PackResult", "rank_share", "rank_shares",
+    "read_items", "resolve_source", "run_state", "snake", "split_rows", "unit_of", "without_skips",
 ]
 
 

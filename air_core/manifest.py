@@ -143,15 +143,18 @@ class Manifest:
         mtimes = np.fromiter((r[2] for r in rows), np.int64, n)
         return cls(root, blob, offsets, sizes, mtimes, fingerprint)
 
-    @cached_property
-    def path_lengths(self) -> tuple[np.ndarray, np.ndarray]:
-        """The byte lengths of each path and of its file name (its last part), as arrays."""
-        starts, ends = self._offsets[:-1], self._offsets[1:] - 1
-        slashes = np.flatnonzero(self._blob == ord("/"))
+    def path_lengths(self, items: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The byte lengths of the paths of `items` and of their file names (their last parts), as arrays."""
+        starts, ends = self._offsets[items], self._offsets[np.asarray(items) + 1] - 1
+        lengths = ends - starts
+        # The items' paths side by side, then each one's last slash, as over a listing of their own.
+        at = np.repeat(starts - np.cumsum(lengths) + lengths, lengths) + np.arange(int(lengths.sum()))
+        slashes = np.flatnonzero(self._blob[at] == ord("/"))
+        ends = np.cumsum(lengths)
         before = np.searchsorted(slashes, ends) - 1  # each path's last slash, if it lies in the path
         last = slashes[np.maximum(before, 0)] if len(slashes) else np.full(len(ends), -1)
-        last = np.where((before >= 0) & (last >= starts), last, starts - 1)
-        return ends - starts, ends - last - 1
+        last = np.where((before >= 0) & (last >= ends - lengths), last, ends - lengths - 1)
+        return lengths, ends - last - 1
 
     def rows(self, items: Iterable[int]) -> list[tuple[str, int, int]]:
         """(relative path, size, mtime_ns) of `items`, for a `from_rows` of part of the listing."""

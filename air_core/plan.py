@@ -76,6 +76,26 @@ def rank_shares(
     return [share.tolist() for share in deal.shares()]
 
 
+def rank_share(
+    sizes: Sequence[int],
+    *,
+    rank: int,
+    world_size: int,
+    epoch: int = 0,
+    seed: int = 0,
+    shuffle: bool = False,
+    balance: Balance = "bytes",
+    equalize: Equalize = "none",
+    by_size: np.ndarray | None = None,
+) -> list[int]:
+    """One rank's items for one epoch, in the order it reads them: `rank_shares(...)[rank]`, dealing no other's.
+
+    `by_size`: `largest_first(sizes)`, when the listing carries it.
+    """
+    return plan(sizes, Grid(rank, world_size), epoch=epoch, seed=seed, shuffle=shuffle, balance=balance,
+                equalize=equalize, by_size=by_size)
+
+
 def worker_share(
     share: Sequence[int], sizes: Sequence[int], *, worker: int, num_workers: int, balance: Balance = "bytes"
 ) -> list[int]:

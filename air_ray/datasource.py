@@ -35,7 +35,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from air_core import (
     DEFAULT_FETCH_THREADS, EQUALIZES, ON_ERRORS, Equalize, Grid, Manifest, Mode, OnError, OptionError, RowGroup,
     RowSlice,
-    check_columns, default_dir, detect_rank, entry_path_length, epoch_order, rank_shares, resolve_source, split_rows,
+    check_columns, default_dir, detect_rank, entry_path_length, epoch_order, rank_share, resolve_source, split_rows,
     volume,
 )
 from air_core import options as check
@@ -276,10 +276,10 @@ class UCVolumeDatasource(Datasource):
 
     def _files_share(self, epoch: int) -> list[int]:
         manifest = self._source.manifest
-        return self._mine(rank_shares(
-            manifest.sizes, world_size=self._world_size, epoch=epoch, seed=self._seed or 0,
-            shuffle=self._seed is not None, equalize=self._equalize,
-        )[self._rank])
+        return self._mine(rank_share(
+            manifest.sizes, rank=self._rank, world_size=self._world_size, epoch=epoch, seed=self._seed or 0,
+            shuffle=self._seed is not None, equalize=self._equalize, by_size=manifest.largest_first,
+        ))
 
     def _parquet_pieces(self) -> list[RowGroup | RowSlice]:
         """This rank's pieces, in the same order every execution."""
@@ -314,12 +314,12 @@ class UCVolumeDatasource(Datasource):
 
     def _row_bytes(self, manifest: Manifest, items: Sequence[int]) -> int:
         """Arrow bytes of the rows of files `items` but their contents: their strings and sizes."""
-        paths, names = manifest.path_lengths
         items = np.asarray(items, dtype=np.int64)
+        paths, names = manifest.path_lengths(items)
         cache_dir = self._tasks.cache_dir or default_dir()
-        n = len(items) * _ROW_BYTES + int(entry_path_length(cache_dir, names[items]).sum())
+        n = len(items) * _ROW_BYTES + int(entry_path_length(cache_dir, names).sum())
         if self._include_paths:
-            n += len(items) * (len(manifest.root) + 1) + int(paths[items].sum())
+            n += len(items) * (len(manifest.root) + 1) + int(paths.sum())
         return n
 
     def _file_tasks(self, epoch: int, parallelism: int, row_limit: int | None, block_bytes: int) -> list[ReadTask]:

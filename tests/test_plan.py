@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from air_core import Grid, OptionError
-from air_core.plan import epoch_order, plan, rank_shares, snake, worker_share
+from air_core.plan import epoch_order, largest_first, plan, rank_share, rank_shares, snake, worker_share
 
 CASES = [(world, workers) for world in range(1, 9) for workers in range(1, 7)]
 
@@ -268,3 +268,15 @@ def test_a_ranks_shuffle_keys_drawn_in_chunks_are_the_epochs_keys(monkeypatch, c
             grid = Grid(r, 3, 1, 2)
             assert plan(sizes, grid, epoch=3, seed=11, shuffle=True) == old_plan(sizes, grid, epoch=3, seed=11,
                                                                                   shuffle=True)
+
+
+@settings(max_examples=200, deadline=None)
+@given(sizes=SIZES, world=st.integers(1, 9), opts=OPTS)
+def test_one_ranks_share_is_its_part_of_every_ranks(sizes, world, opts):
+    every = outcome(rank_shares, sizes, world_size=world, **opts)
+    carried = largest_first(np.array(sizes, dtype=np.int64))
+    for r in range(world):
+        assert outcome(rank_share, sizes, rank=r, world_size=world, **opts) == (
+            every if every is OptionError else every[r])
+        assert outcome(rank_share, sizes, rank=r, world_size=world, by_size=carried, **opts) == (
+            every if every is OptionError else every[r])
