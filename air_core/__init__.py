@@ -18,7 +18,8 @@ from .errors import (
     VolumePathError,
 )
 from .grid import Grid
-from .manifest import Manifest, list_folder
+from .listing import list_folder
+from .manifest import Manifest
 from .plan import BALANCES, EQUALIZES, Balance, Equalize, epoch_order, rank_share, rank_shares, snake
 from .resume import run_state
 from .pack import PackResult, pack

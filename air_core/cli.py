@@ -27,7 +27,7 @@ def _demo(args: argparse.Namespace) -> None:
 
 
 def _stage(args: argparse.Namespace) -> None:
-    from .manifest import list_folder
+    from .listing import list_folder
     from .stage import stage
 
     total = int(list_folder(args.src, include=args.include, exclude=args.exclude).sizes.sum())

@@ -14,7 +14,7 @@ def run(volume_path: str) -> None:
 
     from .cache import Cache
     from .delta import export_delta
-    from .manifest import list_folder
+    from .listing import list_folder
     from .tabular import parquet_units, read_units
 
     table = f"{volume_path}/tables/reviews"

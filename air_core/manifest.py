@@ -1,12 +1,9 @@
 """A sorted, fingerprinted listing of a volume folder, in flat arrays: what every rank plans from.
 
-FUSE listing is latency-bound (one round trip per folder), so folders are
-listed concurrently. Names starting with `.` or `_` are skipped at every level
-(`_delta_log`, `_SUCCESS`, `.ipynb_checkpoints`), as Spark and Ray do.
-
-A listing can hold 10^7 files, and every rank and DataLoader worker of a node
-plans from it, so it is not a list of Python objects: paths are one UTF-8
-blob with offsets, sizes and mtimes are int64 arrays. Saved to a file, it is
+A listing (`air_core.listing` makes one) can hold 10^7 files, and every rank
+and DataLoader worker of a node plans from it, so it is not a list of Python
+objects: paths are one UTF-8 blob with offsets, sizes and mtimes are int64
+arrays. Saved to a file, it is
 memory-mapped by every process that loads it, so a node holds its pages once
 (in the page cache) however many processes read it. Python strings are made
 only for the paths a process asks for.
@@ -14,25 +11,19 @@ only for the paths a process asks for.
 
 from __future__ import annotations
 
-import fnmatch
 import hashlib
 import json
 import mmap
 import os
 from collections.abc import Sequence as SequenceABC
-from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from functools import cached_property
 from typing import Iterable, Iterator, Sequence
 
 import numpy as np
-from tqdm import tqdm
 
-from . import volume
-from .errors import EmptyVolumeError, ManifestMismatchError
+from .errors import ManifestMismatchError
 from .plan import largest_first
 
-LIST_THREADS = 32
-PROGRESS_AFTER_SECONDS = 2.0
 _MAGIC = b"AIRLIST2"
 _ALIGN = 64
 _CHUNK = 1 << 20
@@ -220,91 +211,4 @@ def _digest(root: str, blob: np.ndarray, offsets: np.ndarray, sizes: np.ndarray,
     return digest.hexdigest()[:32]
 
 
-def _patterns(p: str | Sequence[str] | None) -> tuple[str, ...]:
-    if p is None:
-        return ()
-    return (p,) if isinstance(p, str) else tuple(p)
-
-
-def _selected(rel: str, include: tuple[str, ...], exclude: tuple[str, ...], suffixes: tuple[str, ...]) -> bool:
-    if suffixes and not rel.lower().endswith(suffixes):
-        return False
-    if include and not any(fnmatch.fnmatchcase(rel, g) for g in include):
-        return False
-    return not any(fnmatch.fnmatchcase(rel, g) for g in exclude)
-
-
-def _scan(vp: volume.VolumePath, local_dir: str, rel_dir: str, real_dir: str):
-    """List one folder (whose real path is `real_dir`): files as (rel, size, mtime), sub-folders as (local, rel, real)."""
-    files, dirs = [], []
-    with os.scandir(local_dir) as it:
-        for e in it:
-            if e.name[0] in "._":
-                continue
-            rel = f"{rel_dir}{e.name}"
-            if e.is_symlink():
-                real = volume.check_inside(vp, e.path)
-                st = os.stat(real)
-                if os.path.isdir(real):
-                    dirs.append((e.path, rel + "/", real))
-                else:
-                    files.append((rel, st.st_size, st.st_mtime_ns))
-            elif e.is_dir():
-                dirs.append((e.path, rel + "/", f"{real_dir}/{e.name}"))  # no link on the way: no syscall to resolve it
-            else:
-                st = e.stat()
-                files.append((rel, st.st_size, st.st_mtime_ns))
-    return files, dirs
-
-
-def list_folder(
-    path: str,
-    *,
-    include: str | Sequence[str] | None = None,
-    exclude: str | Sequence[str] | None = None,
-    extensions: Sequence[str] | None = None,
-) -> Manifest:
-    """List every file under a volume folder, recursively and concurrently.
-
-    Args:
-        path: a volume path (`/Volumes/c/s/v/dir` or `dbfs:/Volumes/...`).
-        include: glob(s) matched against the path relative to `path`
-            (`*` crosses `/`); when given, only matching files are kept.
-        exclude: glob(s) of files to leave out.
-        extensions: keep only files with these extensions (case-insensitive, without the dot).
-
-    Raises:
-        VolumePathError: the path is malformed, missing, a file, or a symlink
-            under it leads outside the volume.
-        EmptyVolumeError: no file matched.
-    """
-    vp = volume.parse(path)
-    volume.require_dir(vp)
-    inc, exc = _patterns(include), _patterns(exclude)
-    suffixes = tuple("." + e.lower().lstrip(".") for e in extensions or ())
-    entries: list[tuple[str, int, int]] = []
-    top = os.path.realpath(vp.local)
-    seen = {top}
-    with ThreadPoolExecutor(LIST_THREADS, thread_name_prefix="air-list") as pool, \
-            tqdm(desc=f"listing {vp.path}", unit=" files", delay=PROGRESS_AFTER_SECONDS, leave=False) as bar:
-        pending = {pool.submit(_scan, vp, vp.local, "", top)}
-        while pending:
-            done, pending = wait(pending, return_when=FIRST_COMPLETED)
-            for fut in done:
-                files, dirs = fut.result()
-                bar.update(len(files))
-                if inc or exc or suffixes:
-                    files = [f for f in files if _selected(f[0], inc, exc, suffixes)]
-                entries.extend(files)
-                for local, rel, real in dirs:
-                    if real not in seen:  # a symlinked folder must not loop
-                        seen.add(real)
-                        pending.add(pool.submit(_scan, vp, local, rel, real))
-    if not entries:
-        what = f" matching include={list(inc)} exclude={list(exc)}" if inc or exc else ""
-        what += f" with file_extensions={list(extensions)}" if extensions else ""
-        raise EmptyVolumeError(
-            f"{vp.path} holds no file{what} (names starting with '.' or '_' are skipped); "
-            "check the path and the patterns"
-        )
-    return Manifest.build(vp.path, entries)
+__all__ = ["Manifest", "Paths", "load_listing", "save_listing"]

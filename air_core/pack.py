@@ -43,7 +43,8 @@ from .cache import read_bytes
 from .delta.publication import _node_lock
 from .errors import VolumePathError
 from .fetch import ordered_map, retrying
-from .manifest import Manifest, list_folder
+from .listing import list_folder
+from .manifest import Manifest
 from .pack_layout import layout, parse_size
 from .pack_store import GENERATIONS, INDEX, MARKER, OFFSETS, POINTER, POINTER_TMP, marker, offsets_name, point_at, \
     read_pointer, shard_name, write_whole

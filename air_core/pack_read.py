@@ -24,7 +24,8 @@ import numpy as np
 from . import volume
 from .cache import Cache
 from .errors import VolumePathError
-from .manifest import Manifest, list_folder
+from .listing import list_folder
+from .manifest import Manifest
 from .pack_store import INDEX, OFFSETS, Generation
 from .row_plan import RowGroup
 from .stream import CachedFile, read_items

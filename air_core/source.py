@@ -26,7 +26,8 @@ from typing import TYPE_CHECKING, Any, Literal, Sequence
 from . import dist, options, pack_store, volume
 from .cache import Cache
 from .errors import EmptyVolumeError, ManifestMismatchError, OptionError
-from .manifest import Manifest, list_folder
+from .listing import list_folder
+from .manifest import Manifest
 
 if TYPE_CHECKING:
     import pyarrow as pa

@@ -15,7 +15,8 @@ from . import volume
 from .cache import copy_into
 from .errors import OptionError
 from .fetch import ordered_map, retrying
-from .manifest import Manifest, list_folder
+from .listing import list_folder
+from .manifest import Manifest
 
 
 @dataclass(frozen=True)

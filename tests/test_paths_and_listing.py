@@ -5,7 +5,7 @@ import os
 import pytest
 from hypothesis import given, strategies as st
 
-from air_core import EmptyVolumeError, FileStream, Manifest, VolumePathError, list_folder
+from air_core import AirError, EmptyVolumeError, FileStream, Manifest, VolumePathError, list_folder, listing
 from air_core.volume import parse
 
 
@@ -98,3 +98,58 @@ def test_listing_is_recursive_sorted_filtered_and_fingerprinted(volume):
 def test_suffix_mask_is_endswith_ignoring_ascii_case(paths, suffix):
     m = Manifest.from_rows("/Volumes/c/s/v/d", [(p, 1, 1) for p in paths])
     assert m.paths.endswith(suffix).tolist() == [p.lower().endswith(suffix.lower()) for p in paths]
+
+
+@pytest.fixture
+def in_processes(monkeypatch):
+    """Listings hand every folder but the top one to 3 worker processes; yields how many were started."""
+    started = []
+    popen = listing.subprocess.Popen
+
+    def spy(*args, **kwargs):
+        started.append(1)
+        return popen(*args, **kwargs)
+
+    monkeypatch.setattr(listing, "HAND_OFF_SECONDS", 0.0)
+    monkeypatch.setattr(listing.os, "cpu_count", lambda: 3)
+    monkeypatch.setattr(listing.subprocess, "Popen", spy)
+    return started
+
+
+@pytest.mark.slow
+def test_a_listing_handed_to_worker_processes_is_the_same_listing(volume, in_processes):
+    for k in range(7):
+        volume.files(f"d/part{k}", 20 + k)
+        volume.write(f"d/part{k}/notes.txt", "x")
+        volume.write(f"d/part{k}/_SUCCESS", "")
+    volume.write("d/top.bin", "at the top")
+    os.symlink(volume.local("d/part1"), volume.local("d/part5/alias"))  # a link to a folder another worker lists
+    os.symlink(volume.local("d"), volume.local("d/part2/loop"))  # and a cycle
+    for options in ({}, {"exclude": "*.txt"}, {"include": "part3/*"}, {"extensions": ["TXT"]}):
+        handed = list_folder(volume.path("d"), **options)
+        started = len(in_processes)
+        assert started == 3
+        with pytest.MonkeyPatch.context() as m:
+            m.setattr(listing, "HAND_OFF_SECONDS", 1e9)
+            alone = list_folder(volume.path("d"), **options)
+        assert len(in_processes) == started  # the same listing, made in this process alone
+        in_processes.clear()
+        # Each worker lists the link or its target once; the one that meets the link lists under both names.
+        linked = [p for p in handed.paths if p.startswith("part5/alias/")]
+        assert [p for p in handed.paths if not p.startswith("part5/alias/")] == list(alone.paths)
+        assert linked in ([], [p.replace("part1/", "part5/alias/", 1) for p in alone.paths if p.startswith("part1/")])
+    assert len(list_folder(volume.path("d"), exclude=["*.txt", "part5/alias/*"])) == sum(20 + k for k in range(7)) + 1
+
+
+@pytest.mark.slow
+def test_a_worker_process_error_is_raised_as_if_listed_here(volume, in_processes, tmp_path, monkeypatch):
+    for k in range(4):
+        volume.files(f"d/part{k}", 3)
+    (tmp_path / "secret").mkdir()
+    os.symlink(tmp_path / "secret", volume.local("d/part2/link"))
+    with pytest.raises(VolumePathError, match="outside the volume"):
+        list_folder(volume.path("d"))
+    os.unlink(volume.local("d/part2/link"))
+    monkeypatch.setattr(listing.sys, "executable", "/bin/false")  # a worker that dies without a word
+    with pytest.raises(AirError, match=r"in a worker process failed \(exit code 1\)"):
+        list_folder(volume.path("d"))

@@ -263,6 +263,7 @@ class _FrozenCount(torch.utils.data.IterableDataset):
         yield gc.get_freeze_count()
 
 
+@pytest.mark.slow
 def test_a_plain_dataloader_worker_freezes_what_it_inherited(volume):
     # Else its first full collection copies every page of the parent's objects (measured: 31 MB a worker).
     volume.files("d", 8)

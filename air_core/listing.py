@@ -1,0 +1,219 @@
+"""Listing a volume folder: every file under it with its size and mtime, as a `Manifest`.
+
+FUSE listing is latency-bound (one round trip per folder), so folders are
+listed by many threads at once. Each file then costs a `stat` and a few
+Python objects, about 3 us of CPU under one interpreter lock: a tree of 10^6
+files would keep one core busy for seconds whatever the threads (and many
+threads contending for the lock cost more than they hide). So a listing still
+running after `HAND_OFF_SECONDS` hands the folders it has not opened yet to
+worker processes, up to one per core, each listing whole subtrees with threads
+of its own; small folders never start one. The workers are fresh interpreters
+(`python -c ...`), not forks: nothing of the caller's state
+(threads, locks, its `__main__`) is copied or run again.
+
+Names starting with `.` or `_` are skipped at every level (`_delta_log`,
+`_SUCCESS`, `.ipynb_checkpoints`), as Spark and Ray do. A symlink must stay
+inside the volume; a symlinked folder is listed once however many links lead to
+it (within one process: a link into a subtree that another worker lists is
+listed under both names).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fnmatch
+import os
+import pickle
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from typing import Sequence
+
+import numpy as np
+from tqdm import tqdm
+
+from . import volume
+from .errors import AirError, EmptyVolumeError
+from .manifest import Manifest
+
+LIST_THREADS = 32
+PROGRESS_AFTER_SECONDS = 2.0
+HAND_OFF_SECONDS = 0.5
+MAX_PROCESSES = 8
+
+Folder = tuple[str, str, str]  # (local path, path relative to the listed folder with a trailing "/", real path)
+
+
+def list_folder(
+    path: str,
+    *,
+    include: str | Sequence[str] | None = None,
+    exclude: str | Sequence[str] | None = None,
+    extensions: Sequence[str] | None = None,
+) -> Manifest:
+    """List every file under a volume folder, recursively and concurrently.
+
+    Args:
+        path: a volume path (`/Volumes/c/s/v/dir` or `dbfs:/Volumes/...`).
+        include: glob(s) matched against the path relative to `path`
+            (`*` crosses `/`); when given, only matching files are kept.
+        exclude: glob(s) of files to leave out.
+        extensions: keep only files with these extensions (case-insensitive, without the dot).
+
+    Raises:
+        VolumePathError: the path is malformed, missing, a file, or a symlink
+            under it leads outside the volume.
+        EmptyVolumeError: no file matched.
+    """
+    vp = volume.parse(path)
+    volume.require_dir(vp)
+    inc, exc = _patterns(include), _patterns(exclude)
+    suffixes = tuple("." + e.lower().lstrip(".") for e in extensions or ())
+    top = os.path.realpath(vp.local)
+    walk = _Walk(vp, (inc, exc, suffixes), {top})
+    processes = min(os.cpu_count() or 1, MAX_PROCESSES)
+    with tqdm(desc=f"listing {vp.path}", unit=" files", delay=PROGRESS_AFTER_SECONDS, leave=False) as bar:
+        left = walk.run([(vp.local, "", top)], LIST_THREADS, bar,
+                        until=time.monotonic() + HAND_OFF_SECONDS if processes > 1 else None)
+        if left:
+            _in_processes(walk, left, processes, bar)
+    if not walk.files:
+        what = f" matching include={list(inc)} exclude={list(exc)}" if inc or exc else ""
+        what += f" with file_extensions={list(extensions)}" if extensions else ""
+        raise EmptyVolumeError(
+            f"{vp.path} holds no file{what} (names starting with '.' or '_' are skipped); "
+            "check the path and the patterns"
+        )
+    return Manifest.build(vp.path, walk.files)
+
+
+class _Walk:
+    """The files found so far under one folder, and the real folders listed (so that links do not loop)."""
+
+    def __init__(self, vp: volume.VolumePath, selection: tuple, seen: set[str]) -> None:
+        self.vp, self.selection, self.seen = vp, selection, seen
+        self.files: list[tuple[str, int, int]] = []
+
+    def run(self, folders: list[Folder], threads: int, bar: tqdm | None, until: float | None = None) -> list[Folder]:
+        """List `folders` and every folder under them; past `until`, return the ones not opened yet instead."""
+        inc, exc, suffixes = self.selection
+        waiting, pending, handing_off = list(folders), set[Future](), False
+        with ThreadPoolExecutor(threads, thread_name_prefix="air-list") as pool:
+            while pending or waiting:
+                # No more in flight than threads: the folders not opened yet stay here, to hand off.
+                if not handing_off:
+                    while waiting and len(pending) < threads:
+                        pending.add(pool.submit(_scan, self.vp, *waiting.pop()))
+                if not pending:
+                    break
+                timeout = None if until is None or handing_off else max(0.0, until - time.monotonic())
+                done, pending = wait(pending, timeout=timeout, return_when=FIRST_COMPLETED)
+                for fut in done:
+                    files, dirs = fut.result()
+                    if bar is not None:
+                        bar.update(len(files))
+                    if inc or exc or suffixes:
+                        files = [f for f in files if _selected(f[0], inc, exc, suffixes)]
+                    self.files += files
+                    for folder in dirs:
+                        if folder[2] not in self.seen:  # a symlinked folder must not loop
+                            self.seen.add(folder[2])
+                            waiting.append(folder)
+                # Past `until`, what was started finishes, and the rest is handed off.
+                handing_off = until is not None and time.monotonic() >= until
+        return waiting
+
+
+def _in_processes(walk: _Walk, folders: list[Folder], processes: int, bar: tqdm) -> None:
+    """List `folders` (and all under them) in worker processes, a share of them each, into `walk`."""
+    processes = min(processes, len(folders))
+    job = {"volume": walk.vp.path, "selection": walk.selection, "seen": walk.seen,
+           "threads": max(4, LIST_THREADS // processes)}
+    # This package's folder first on the path: the caller may have found it by a path of its own.
+    package_root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")]))}
+    logs = [tempfile.TemporaryFile() for _ in range(processes)]  # a file, not a pipe: a chatty worker never blocks
+    workers = [subprocess.Popen([sys.executable, "-c", "from air_core.listing import _worker; _worker()"],
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, env=env) for log in logs]
+    try:
+        for k, w in enumerate(workers):
+            # Round robin: neighbouring folders (often alike) go to different workers.
+            with contextlib.suppress(BrokenPipeError), w.stdin:  # one that died says why below
+                w.stdin.write(pickle.dumps({**job, "folders": folders[k::processes]}))
+        for w, log in zip(workers, logs):
+            out = w.stdout.read()
+            if w.wait() != 0 or not out:
+                log.seek(0)
+                raise AirError(f"listing {walk.vp.path} in a worker process failed (exit code {w.returncode}): "
+                               f"{log.read().decode(errors='replace').strip()[-2000:]}")
+            found = pickle.loads(out)
+            if isinstance(found, BaseException):
+                raise found
+            paths, sizes, mtimes = found
+            n = len(sizes) // 8
+            if n:
+                walk.files += zip(paths.split("\0"), np.frombuffer(sizes, np.int64).tolist(),
+                                  np.frombuffer(mtimes, np.int64).tolist())
+            bar.update(n)
+    finally:
+        for w, log in zip(workers, logs):
+            if w.poll() is None:
+                w.kill()
+                w.wait()
+            w.stdout.close()
+            log.close()
+
+
+def _worker() -> None:
+    """A worker process: list the folders of the job on stdin, write the files found (or the error) to stdout."""
+    job = pickle.load(sys.stdin.buffer)
+    try:
+        walk = _Walk(volume.parse(job["volume"]), job["selection"], job["seen"])
+        walk.run(job["folders"], job["threads"], None)
+        paths, sizes, mtimes = zip(*walk.files) if walk.files else ((), (), ())
+        found: object = ("\0".join(paths), np.array(sizes, np.int64).tobytes(), np.array(mtimes, np.int64).tobytes())
+    except Exception as e:  # raised again by the caller, as if listed there
+        found = e
+    sys.stdout.buffer.write(pickle.dumps(found))
+
+
+def _patterns(p: str | Sequence[str] | None) -> tuple[str, ...]:
+    if p is None:
+        return ()
+    return (p,) if isinstance(p, str) else tuple(p)
+
+
+def _selected(rel: str, include: tuple[str, ...], exclude: tuple[str, ...], suffixes: tuple[str, ...]) -> bool:
+    if suffixes and not rel.lower().endswith(suffixes):
+        return False
+    if include and not any(fnmatch.fnmatchcase(rel, g) for g in include):
+        return False
+    return not any(fnmatch.fnmatchcase(rel, g) for g in exclude)
+
+
+def _scan(vp: volume.VolumePath, local_dir: str, rel_dir: str, real_dir: str):
+    """List one folder (whose real path is `real_dir`): files as (rel, size, mtime), sub-folders as `Folder`s."""
+    files, dirs = [], []
+    with os.scandir(local_dir) as it:
+        for e in it:
+            if e.name[0] in "._":
+                continue
+            rel = f"{rel_dir}{e.name}"
+            if e.is_symlink():
+                real = volume.check_inside(vp, e.path)
+                st = os.stat(real)
+                if os.path.isdir(real):
+                    dirs.append((e.path, rel + "/", real))
+                else:
+                    files.append((rel, st.st_size, st.st_mtime_ns))
+            elif e.is_dir():
+                dirs.append((e.path, rel + "/", f"{real_dir}/{e.name}"))  # no link on the way: no syscall to resolve it
+            else:
+                st = e.stat()
+                files.append((rel, st.st_size, st.st_mtime_ns))
+    return files, dirs
+
+
+__all__ = ["list_folder"]
