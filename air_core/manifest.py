@@ -127,7 +127,7 @@ class Manifest:
         share of it); by default, their own.
         """
         n = len(rows)
-        blob = np.frombuffer("".join([f"{r[0]}\0" for r in rows]).encode(), dtype=np.uint8)
+        blob = np.frombuffer(("\0".join([r[0] for r in rows]) + "\0").encode() if n else b"", dtype=np.uint8)
         offsets = np.zeros(n + 1, dtype=np.int64)
         offsets[1:] = np.flatnonzero(blob == 0) + 1  # a path never holds NUL
         sizes = np.fromiter((r[1] for r in rows), np.int64, n)
