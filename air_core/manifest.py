@@ -54,6 +54,39 @@ class Paths(SequenceABC):
             return []
         return self._blob[:-1].tobytes().decode().split("\0")
 
+    def take(self, items: Sequence[int]) -> list[str]:
+        """The paths of `items`, decoded together: many times faster than one at a time."""
+        out: list[str] = []
+        for joined, _ in self._joined(items):
+            out += joined[:-1].tobytes().decode().split("\0")
+        return out
+
+    def lengths(self, items: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+        """The byte lengths of the paths of `items` and of their file names (their last parts), as arrays."""
+        paths, names = [], []
+        for joined, lengths in self._joined(items):
+            ends = np.cumsum(lengths + 1) - 1  # each path's NUL in `joined`
+            slashes = np.flatnonzero(joined == ord("/"))
+            before = np.searchsorted(slashes, ends) - 1  # each path's last slash, if it lies in the path
+            last = slashes[np.maximum(before, 0)] if len(slashes) else np.full(len(ends), -1)
+            last = np.where((before >= 0) & (last >= ends - lengths), last, ends - lengths - 1)
+            paths.append(lengths)
+            names.append(ends - last - 1)
+        return (np.concatenate(paths), np.concatenate(names)) if paths else (np.zeros(0, np.int64),) * 2
+
+    def _joined(self, items: Sequence[int]) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """(the paths of a chunk of `items`, each followed by its NUL, as bytes; their lengths), chunk by chunk.
+
+        In chunks: the gather's index is 8 bytes per byte of path.
+        """
+        items = np.asarray(items, dtype=np.int64)
+        for lo in range(0, len(items), _CHUNK >> 4):
+            chunk = items[lo:lo + (_CHUNK >> 4)]
+            starts, stops = self._offsets[chunk], self._offsets[chunk + 1]
+            with_nul = stops - starts
+            at = np.repeat(starts - np.cumsum(with_nul) + with_nul, with_nul) + np.arange(int(with_nul.sum()))
+            yield self._blob[at], with_nul - 1
+
     def endswith(self, suffix: str) -> np.ndarray:
         """Whether each path ends with the ASCII `suffix`, ignoring case: a mask, without making any string."""
         want = np.frombuffer(suffix.lower().encode("ascii"), dtype=np.uint8)
@@ -134,22 +167,10 @@ class Manifest:
         mtimes = np.fromiter((r[2] for r in rows), np.int64, n)
         return cls(root, blob, offsets, sizes, mtimes, fingerprint)
 
-    def path_lengths(self, items: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """The byte lengths of the paths of `items` and of their file names (their last parts), as arrays."""
-        starts, ends = self._offsets[items], self._offsets[np.asarray(items) + 1] - 1
-        lengths = ends - starts
-        # The items' paths side by side, then each one's last slash, as over a listing of their own.
-        at = np.repeat(starts - np.cumsum(lengths) + lengths, lengths) + np.arange(int(lengths.sum()))
-        slashes = np.flatnonzero(self._blob[at] == ord("/"))
-        ends = np.cumsum(lengths)
-        before = np.searchsorted(slashes, ends) - 1  # each path's last slash, if it lies in the path
-        last = slashes[np.maximum(before, 0)] if len(slashes) else np.full(len(ends), -1)
-        last = np.where((before >= 0) & (last >= ends - lengths), last, ends - lengths - 1)
-        return lengths, ends - last - 1
-
-    def rows(self, items: Iterable[int]) -> list[tuple[str, int, int]]:
+    def rows(self, items: Sequence[int]) -> list[tuple[str, int, int]]:
         """(relative path, size, mtime_ns) of `items`, for a `from_rows` of part of the listing."""
-        return [(self.paths[i], int(self.sizes[i]), int(self.mtimes[i])) for i in items]
+        items = np.asarray(items, dtype=np.int64)
+        return list(zip(self.paths.take(items), self.sizes[items].tolist(), self.mtimes[items].tolist()))
 
     def save(self, file: str) -> None:
         """Write the manifest to `file` atomically: a header, then its arrays, each aligned for mapping."""

@@ -315,7 +315,7 @@ class UCVolumeDatasource(Datasource):
     def _row_bytes(self, manifest: Manifest, items: Sequence[int]) -> int:
         """Arrow bytes of the rows of files `items` but their contents: their strings and sizes."""
         items = np.asarray(items, dtype=np.int64)
-        paths, names = manifest.path_lengths(items)
+        paths, names = manifest.paths.lengths(items)
         cache_dir = self._tasks.cache_dir or default_dir()
         n = len(items) * _ROW_BYTES + int(entry_path_length(cache_dir, names).sum())
         if self._include_paths:
@@ -337,7 +337,7 @@ class UCVolumeDatasource(Datasource):
             contents = int(manifest.sizes[chosen].sum()) if self._contents_type is not None else 0
             meta = BlockMetadata(num_rows=len(rows),
                                  size_bytes=self._row_bytes(manifest, chosen) + contents,
-                                 input_files=[manifest.volume_path(i) for i in chosen], exec_stats=None)
+                                 input_files=[f"{manifest.root}/{r[0]}" for r in rows], exec_stats=None)
             tasks.append(ReadTask(read_fn, meta, schema=schema, per_task_row_limit=row_limit))
         return tasks
 

@@ -153,3 +153,14 @@ def test_a_worker_process_error_is_raised_as_if_listed_here(volume, in_processes
     monkeypatch.setattr(listing.sys, "executable", "/bin/false")  # a worker that dies without a word
     with pytest.raises(AirError, match=r"in a worker process failed \(exit code 1\)"):
         list_folder(volume.path("d"))
+
+
+@given(st.lists(st.text(alphabet="ab/é.", min_size=1, max_size=8), min_size=1, max_size=25, unique=True), st.data())
+def test_paths_taken_together_are_the_paths_one_at_a_time(paths, data):
+    m = Manifest.from_rows("/Volumes/c/s/v/d", sorted((p, 1, 1) for p in paths))
+    items = data.draw(st.lists(st.integers(0, len(paths) - 1), max_size=40))
+    one_by_one = [m.paths[i] for i in items]
+    assert m.paths.take(items) == one_by_one
+    lengths, names = m.paths.lengths(items)
+    assert lengths.tolist() == [len(p.encode()) for p in one_by_one]
+    assert names.tolist() == [len(p.rsplit("/", 1)[-1].encode()) for p in one_by_one]
