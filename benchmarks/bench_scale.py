@@ -5,7 +5,9 @@ earlier revision's (`--old`, checked out into a temporary worktree) where it
 finishes in reasonable time. Listings for planning and memory are synthetic
 (names `d00012/f00012345.jpg`, sizes log-normal around 150 KB); listing
 itself is timed on a real tree of one-byte files under the emulated volume
-(20 ms per folder listing).
+(20 ms per folder listing), and so is the front doors' setup over that tree:
+`load_dataset("uc-volume", streaming=True)`, and `UCVolumeDatasource(...)`
+with its read tasks.
 
 Memory is PSS (`/proc/PID/smaps_rollup`): pages shared by a node's processes,
 such as a memory-mapped listing, count once, split among them.
@@ -168,12 +170,39 @@ m = list_folder(sys.argv[1])
 print(json.dumps({"list_s": time.perf_counter() - t, "files": len(m)}))
 '''
 
+# The front doors' setup over the real tree: datasets' streaming load, and Ray's datasource and read tasks.
+DOORS = r'''
+import json, os, sys, time
+what, tree = sys.argv[1], sys.argv[2]
+
+def pss_mb():
+    with open("/proc/self/smaps_rollup") as f:
+        return next(int(l.split()[1]) for l in f if l.startswith("Pss:")) / 1024
+
+if what == "hf":
+    import datasets, air_hf
+    t = time.perf_counter()
+    ds = datasets.load_dataset("uc-volume", data_dir=tree, streaming=True, split="train")
+    out = {"hf_setup_s": time.perf_counter() - t, "hf_pss_mb": pss_mb()}
+else:
+    import ray, air_ray
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    t = time.perf_counter()
+    source = air_ray.UCVolumeDatasource(tree)
+    built = time.perf_counter() - t
+    tasks = source.get_read_tasks(200)
+    out = {"ray_construct_s": built, "ray_tasks_s": time.perf_counter() - t - built,
+           "ray_setup_s": time.perf_counter() - t, "ray_pss_mb": pss_mb()}
+print(json.dumps(out))
+'''
+
 
 def run(code: str, tree: Path, *args: str, slow: bool = False, timeout: float = 1800) -> dict | None:
     env = {**os.environ, "PYTHONPATH": str(tree), "AIR_CACHE_DIR": tempfile.mkdtemp(prefix="air-scale-cache-"),
            "OMP_NUM_THREADS": "1"}
     if slow:
         env.update(SLOWVOL, SLOWVOL_OPEN_MS="0", SLOWVOL_MBPS="0", LD_PRELOAD=slowvol_so())
+    env.update(RAY_USAGE_STATS_ENABLED="0", RAY_AUTH_MODE="disabled", HF_DATASETS_OFFLINE="1", HF_HUB_OFFLINE="1")
     try:
         out = subprocess.run([sys.executable, "-c", code, *args], env=env, capture_output=True, text=True,
                              timeout=timeout)
@@ -225,6 +254,10 @@ def main() -> None:
         for code, where in codes:
             emit({"bench": "scale", "what": "list", "code": code, "files": args.tree,
                   **(run(LIST, where, tree, slow=True) or {})}, results)
+        for code, where in codes:
+            emit({"bench": "scale", "what": "doors", "code": code, "files": args.tree,
+                  **(run(DOORS, where, "hf", tree, slow=True) or {}),
+                  **(run(DOORS, where, "ray", tree, slow=True) or {})}, results)
         for n in map(int, args.sizes.split(",")):
             for code, where in codes:
                 if code == "old" and n > args.old_max:

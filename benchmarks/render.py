@@ -154,6 +154,15 @@ def headline(data: dict) -> tuple[list[tuple], dict[str, tuple[float, float | No
                 ("#11 scale", "PSS per worker above an idle worker, 10^7 files, MB", n["worker_over_idle_mb"], "",
                  None, "≤ 100 MB", n["worker_over_idle_mb"] <= 100),
             ]
+        doors = find(data["scale"][1], what="doors", code="new")
+        if doors and "hf_setup_s" in doors[0] and "ray_setup_s" in doors[0]:
+            d = doors[0]
+            rows += [
+                ("#11 scale", f"HF streaming setup, {d['files']:,} files, s", d["hf_setup_s"], "", None, "≤ 5 s",
+                 d["hf_setup_s"] <= 5),
+                ("#11 scale", f"Ray datasource + read tasks, {d['files']:,} files, s", d["ray_setup_s"], "", None,
+                 "≤ 5 s", d["ray_setup_s"] <= 5),
+            ]
         if old and find(rec, code="new", files=10**6):
             n6, o6 = find(rec, code="new", files=10**6)[0], old[0]
             rows.append(("#11 scale", "plan of one stream, 10^6 files, s", n6["plan_s"], f"before {fmt(o6['plan_s'])}",
@@ -369,6 +378,14 @@ def scale_table(records: list[dict]) -> list[str]:
     if listed:
         lines += ["", "Listing a real tree of " + f"{listed[0]['files']:,} files (1,000 folders, 20 ms per folder): "
                   + ", ".join(f"{r['code']} {r['list_s']:.1f} s" for r in listed) + "."]
+    doors = [r for r in records if r.get("what") == "doors"]
+    if doors:
+        lines += ["", "The front doors' setup over that tree (listing included, fresh process and cache each):", "",
+                  "| code | HF streaming setup, s | HF PSS, MB | Ray datasource, s | Ray read tasks, s | Ray PSS, MB |",
+                  "| --- | ---: | ---: | ---: | ---: | ---: |"]
+        keys = ("hf_setup_s", "hf_pss_mb", "ray_construct_s", "ray_tasks_s", "ray_pss_mb")
+        for r in doors:
+            lines.append(f"| {r['code']} | " + " | ".join(fmt(r[k]) if k in r else "-" for k in keys) + " |")
     return lines
 
 
