@@ -7,9 +7,9 @@ files would keep one core busy for seconds whatever the threads (and many
 threads contending for the lock cost more than they hide). So a listing still
 running after `HAND_OFF_SECONDS` hands the folders it has not opened yet to
 worker processes, up to one per core, each listing whole subtrees with threads
-of its own; small folders never start one. The workers are fresh interpreters
-(`python -c ...`), not forks: nothing of the caller's state
-(threads, locks, its `__main__`) is copied or run again.
+of its own; small folders never start one. The workers are fresh interpreters,
+not forks: nothing of the caller's state (threads, locks, its `__main__`) is
+copied or run again.
 
 Names starting with `.` or `_` are skipped at every level (`_delta_log`,
 `_SUCCESS`, `.ipynb_checkpoints`), as Spark and Ray do. A symlink must stay
@@ -73,7 +73,7 @@ def list_folder(
     suffixes = tuple("." + e.lower().lstrip(".") for e in extensions or ())
     top = os.path.realpath(vp.local)
     walk = _Walk(vp, (inc, exc, suffixes), {top})
-    processes = min(os.cpu_count() or 1, MAX_PROCESSES)
+    processes = min(_cores(), MAX_PROCESSES)
     with tqdm(desc=f"listing {vp.path}", unit=" files", delay=PROGRESS_AFTER_SECONDS, leave=False) as bar:
         left = walk.run([(vp.local, "", top)], LIST_THREADS, bar,
                         until=time.monotonic() + HAND_OFF_SECONDS if processes > 1 else None)
@@ -177,6 +177,11 @@ def _worker() -> None:
     except Exception as e:  # raised again by the caller, as if listed there
         found = e
     sys.stdout.buffer.write(pickle.dumps(found))
+
+
+def _cores() -> int:
+    """The cores this process may run on (a container's share, not the machine's)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 def _patterns(p: str | Sequence[str] | None) -> tuple[str, ...]:

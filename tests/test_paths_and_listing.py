@@ -111,7 +111,7 @@ def in_processes(monkeypatch):
         return popen(*args, **kwargs)
 
     monkeypatch.setattr(listing, "HAND_OFF_SECONDS", 0.0)
-    monkeypatch.setattr(listing.os, "cpu_count", lambda: 3)
+    monkeypatch.setattr(listing, "_cores", lambda: 3)
     monkeypatch.setattr(listing.subprocess, "Popen", spy)
     return started
 
