@@ -43,7 +43,7 @@ import time
 from array import array
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Iterator, Tuple
+from typing import Iterator
 
 import numpy as np
 
@@ -61,7 +61,7 @@ _RECHECK_BYTES = 64 << 20
 _ATIME_REFRESH_NS = 60 * 10**9
 _KEY_CHARS, _NAME_CHARS = 40, 96
 
-Span = Tuple[int, int]  # [start, stop) bytes of a file
+Span = tuple[int, int]  # [start, stop) bytes of a file
 
 
 def default_dir() -> str:

@@ -125,8 +125,13 @@ def offsets(generation: Generation, cache_dir: str | None) -> np.ndarray:
 
 
 def placement(row_groups: Sequence[RowGroup], starts: np.ndarray, sizes: np.ndarray) -> Placement:
-    """Where the packed files lie, from the pack's row groups in order (`units`), where each file's bytes
-    start (`offsets`) and the files' sizes (its listing's). Pure."""
+    """Where the packed files lie. Pure.
+
+    Args:
+        row_groups: the pack's row groups, in order (`units`).
+        starts: where each file's bytes start in its shard (`offsets`).
+        sizes: each file's size (the pack's listing's).
+    """
     rows = np.array([u.num_rows for u in row_groups], dtype=np.int64)
     last = np.cumsum(rows) - 1
     first = last - rows + 1

@@ -369,8 +369,8 @@ class UCVolumeDatasource(Datasource):
         pieces = self._parquet_share(epoch)
         schema = self.schema()
         tasks = []
-        for group in task_plan.groups([task_plan.piece_bytes(p) for p in pieces],
-                                      task_plan.task_count(len(pieces), parallelism)):
+        parts = task_plan.task_count(len(pieces), parallelism, min_per_task=task_plan.MIN_ROW_GROUPS_PER_TASK)
+        for group in task_plan.groups([task_plan.piece_bytes(p) for p in pieces], parts):
             files = pack_plan.files_of(units, [pieces[k] for k in group], seed=self._seed or 0,
                                        shuffle=self._seed is not None, epoch=epoch)
             placed, used = where.take(files)  # the task carries only its files' places and its shards' rows
