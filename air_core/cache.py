@@ -1,7 +1,11 @@
 """The node-local cache: one per machine, shared by every process, kept across runs.
 
 Entries are keyed by (volume path, size, mtime), so a changed file is fetched
-again. A fetch copies into `<entry>.part` while holding an exclusive `flock`
+again. An entry may hold one byte range of a file instead (a `span`, keyed
+too): a pack's reader caches the row groups its node reads, not whole shards.
+A range entry is fetched, published, counted and pruned as a file is.
+
+A fetch copies into `<entry>.part` while holding an exclusive `flock`
 on it, then links it to the entry's name: a process killed mid-copy leaves
 only a `.part` file, never served, whose lock dies with the process so the
 next fetcher takes over. Concurrent fetchers of one file wait on that lock and
@@ -56,6 +60,8 @@ _RANGE_HEDGE_FLOOR_S = 1.0  # a range is 16 MiB: 0.1-0.3 s from object storage; 
 _RECHECK_BYTES = 64 << 20
 _ATIME_REFRESH_NS = 60 * 10**9
 _KEY_CHARS, _NAME_CHARS = 40, 96
+
+Span = tuple[int, int]  # [start, stop) bytes of a file
 
 
 def default_dir() -> str:
@@ -131,42 +137,46 @@ class Cache:
         if st.st_mode & 0o077:
             os.chmod(root, 0o700)
 
-    def entry_path(self, volume_path: str, size: int, mtime_ns: int) -> str:
-        """Where the copy of this version of the file lives (whether or not it is there yet)."""
-        return _entry_path(self._objects, volume_path, size, mtime_ns)
+    def entry_path(self, volume_path: str, size: int, mtime_ns: int, span: Span | None = None) -> str:
+        """Where the copy of this version of the file (or of its bytes `span`) lives, whether or not it is there yet."""
+        return _entry_path(self._objects, volume_path, size, mtime_ns, span)
 
-    def lookup(self, volume_path: str, size: int, mtime_ns: int) -> str | None:
-        """The cached copy's path if this version of the file is cached, else None."""
-        entry = self.entry_path(volume_path, size, mtime_ns)
+    def lookup(self, volume_path: str, size: int, mtime_ns: int, span: Span | None = None) -> str | None:
+        """The cached copy's path if this version of the file (or of its bytes `span`) is cached, else None."""
+        entry = self.entry_path(volume_path, size, mtime_ns, span)
         if self._touch(entry):
             with self._lock:  # every later epoch asks once per file: no keyword loop here
                 self.stats.hits += 1
             return entry
         return None
 
-    def get(self, source: str, volume_path: str, size: int, mtime_ns: int) -> str | None:
+    def get(self, source: str, volume_path: str, size: int, mtime_ns: int, span: Span | None = None) -> str | None:
         """The cached copy's path, fetching `source` first if needed; None if not admitted.
 
+        `span`: cache only the bytes [start, stop) of the file, as an entry of
+        their own (its byte `k` is the file's byte `start + k`); `size` and
+        `mtime_ns` are still the whole file's, which the copy checks.
         A call for a file this process is fetching already is a hedge: it makes
         a copy of its own rather than wait for the first.
         """
-        hit = self.lookup(volume_path, size, mtime_ns)
+        hit = self.lookup(volume_path, size, mtime_ns, span)
         if hit is not None:
             return hit
-        entry = self.entry_path(volume_path, size, mtime_ns)
+        entry = self.entry_path(volume_path, size, mtime_ns, span)
         with self._lock:
             hedge = entry in self._fetching
             self._fetching.add(entry)
             self.stats.hedged += hedge
         if hedge:
-            return self._hedge(source, volume_path, size, mtime_ns, entry)
+            return self._hedge(source, volume_path, size, mtime_ns, span, entry)
         try:
-            return self._fetch(source, volume_path, size, mtime_ns, entry)
+            return self._fetch(source, volume_path, size, mtime_ns, span, entry)
         finally:
             with self._lock:
                 self._fetching.discard(entry)
 
-    def _fetch(self, source: str, volume_path: str, size: int, mtime_ns: int, entry: str) -> str | None:
+    def _fetch(self, source: str, volume_path: str, size: int, mtime_ns: int, span: Span | None,
+               entry: str) -> str | None:
         part = os.path.join(os.path.dirname(entry), "." + os.path.basename(entry) + ".part")
         fd = os.open(part, os.O_WRONLY | os.O_CREAT, 0o600)
         try:
@@ -175,39 +185,42 @@ class Cache:
                 _unlink_if_same(part, fd)
                 self._count(hits=1)
                 return entry
-            if not self._reserve(size):  # the empty .part stays: a waiter may still fill it
+            length = _length(size, span)
+            if not self._reserve(length):  # the empty .part stays: a waiter may still fill it
                 self._count(not_admitted=1)
                 return None
             try:
-                # A stale .part of this key holds at most `size` bytes (size is in the key),
-                # so writing `size` bytes from offset 0 leaves exactly the file.
-                copy_into(source, volume_path, size, mtime_ns, fd)
+                # A stale .part of this key holds at most `length` bytes (size and span are in the
+                # key), so writing `length` bytes from offset 0 leaves exactly the entry.
+                copy_into(source, volume_path, size, mtime_ns, fd, span)
                 won = _publish(part, entry)
             except BaseException:
-                self._reserve(-size)
+                self._reserve(-length)
                 raise
             _unlink_if_same(part, fd)
-            self._settle(won, size)
+            self._settle(won, length)
             return entry
         finally:
             os.close(fd)
 
-    def _hedge(self, source: str, volume_path: str, size: int, mtime_ns: int, entry: str) -> str | None:
-        if not self._reserve(size):
+    def _hedge(self, source: str, volume_path: str, size: int, mtime_ns: int, span: Span | None,
+               entry: str) -> str | None:
+        length = _length(size, span)
+        if not self._reserve(length):
             self._count(not_admitted=1)
             return None
         fd, name = _private_file(os.path.dirname(entry), os.path.basename(entry))
         try:
-            copy_into(source, volume_path, size, mtime_ns, fd)
+            copy_into(source, volume_path, size, mtime_ns, fd, span)
             won = _publish(name or f"/proc/self/fd/{fd}", entry)
         except BaseException:
-            self._reserve(-size)
+            self._reserve(-length)
             raise
         finally:
             os.close(fd)
             if name:
                 _unlink(name)
-        self._settle(won, size)
+        self._settle(won, length)
         return entry
 
     def _settle(self, won: bool, size: int) -> None:
@@ -350,32 +363,41 @@ class Cache:
 
 
 @lru_cache(maxsize=1 << 16)
-def _entry_path(objects: str, volume_path: str, size: int, mtime_ns: int) -> str:
+def _entry_path(objects: str, volume_path: str, size: int, mtime_ns: int, span: Span | None) -> str:
     # Every later epoch asks again, so answers are remembered; boundedly: a stream of 10^7 files must
     # not hold a dict of them all (once past the bound, a cyclic pass just hashes again, ~1 us a file).
-    key = hashlib.sha256(f"{volume_path}\0{size}\0{mtime_ns}".encode()).hexdigest()[:_KEY_CHARS]
-    return f"{objects}/{key[:2]}/{key}-{volume_path.rsplit('/', 1)[-1][-_NAME_CHARS:]}"
+    ranged = "" if span is None else f"\0{span[0]}\0{span[1]}"
+    key = hashlib.sha256(f"{volume_path}\0{size}\0{mtime_ns}{ranged}".encode()).hexdigest()[:_KEY_CHARS]
+    at = "" if span is None else f"{span[0]}-{span[1]}-"  # readable in a listing of the cache
+    return f"{objects}/{key[:2]}/{key}-{at}{volume_path.rsplit('/', 1)[-1][-_NAME_CHARS:]}"
 
 
-def copy_into(source: str, volume_path: str, size: int, mtime_ns: int, fd: int) -> None:
-    """Copy `source` into the open file `fd` from offset 0, checking it is the listed version.
+def _length(size: int, span: Span | None) -> int:
+    return size if span is None else span[1] - span[0]
 
-    A volume's bandwidth is per open file, so a file over `_RANGE_FROM` bytes is
-    copied as `_RANGE`-byte ranges, up to `_RANGE_THREADS` at once, each through
+
+def copy_into(source: str, volume_path: str, size: int, mtime_ns: int, fd: int, span: Span | None = None) -> None:
+    """Copy `source` (or its bytes `span`) into the open file `fd` from offset 0, checking it is the listed version.
+
+    A volume's bandwidth is per open file, so a copy over `_RANGE_FROM` bytes is
+    made of `_RANGE`-byte ranges, up to `_RANGE_THREADS` at once, each through
     its own open: a single large file (a Parquet export) then arrives several
     times faster than one stream allows. A range far slower than the others is
     hedged (`ordered_map`); the copy that loses stops at its next chunk, and
     writes the same bytes through a descriptor of its own until then, so
     returning late it cannot write into whatever file reuses `fd`'s number.
-    A smaller file goes through `sendfile`,
+    A smaller copy goes through `sendfile`,
     inside the kernel: no Python buffer, and few system calls, each of which
     hands the GIL over; file systems that refuse it get pread/pwrite.
     """
-    if size > _RANGE_FROM:
-        bounds = [(start, min(start + _RANGE, size)) for start in range(0, size, _RANGE)]
+    begin, end = (0, size) if span is None else span
+    if not 0 <= begin <= end <= size:
+        raise OptionError(f"bytes {begin}-{end} of {volume_path}, which holds {size}: not a range of it")
+    if end - begin > _RANGE_FROM:
+        bounds = [(start, min(start + _RANGE, end)) for start in range(begin, end, _RANGE)]
         done = threading.Event()
         try:
-            copied = sum(ordered_map(lambda b: _copy_range(source, volume_path, size, mtime_ns, fd, *b, done),
+            copied = sum(ordered_map(lambda b: _copy_range(source, volume_path, size, mtime_ns, fd, *b, begin, done),
                                      ((b, 0) for b in bounds), threads=_RANGE_THREADS, max_ahead=len(bounds),
                                      max_bytes=1, hedge_floor=_RANGE_HEDGE_FLOOR_S))
         finally:
@@ -384,15 +406,15 @@ def copy_into(source: str, volume_path: str, size: int, mtime_ns: int, fd: int) 
         src = _open_version(source, volume_path, size, mtime_ns)
         try:
             try:
-                copied = _sendfile(src, fd, size)
+                copied = _sendfile(src, fd, begin, end)
             except OSError as e:
                 if e.errno not in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
                     raise
-                copied = _pread_pwrite(src, fd, 0, size)
+                copied = _pread_pwrite(src, fd, begin, end, begin)
         finally:
             os.close(src)
-    if copied != size:
-        raise FetchError(0, f"{volume_path} changed while being read ({copied} of {size} bytes)")
+    if copied != end - begin:
+        raise FetchError(0, f"{volume_path} changed while being read ({copied} of {end - begin} bytes)")
 
 
 def _open_version(source: str, volume_path: str, size: int, mtime_ns: int) -> int:
@@ -406,49 +428,57 @@ def _open_version(source: str, volume_path: str, size: int, mtime_ns: int) -> in
 
 
 def _copy_range(source: str, volume_path: str, size: int, mtime_ns: int, dst: int, start: int, stop: int,
-                done: threading.Event) -> int:
+                base: int, done: threading.Event) -> int:
     src = _open_version(source, volume_path, size, mtime_ns)
     try:
         own = os.dup(dst)
         try:
-            return _pread_pwrite(src, own, start, stop, done)
+            return _pread_pwrite(src, own, start, stop, base, done)
         finally:
             os.close(own)
     finally:
         os.close(src)
 
 
-def _sendfile(src: int, dst: int, size: int) -> int:
-    copied = 0
+def _sendfile(src: int, dst: int, start: int, stop: int) -> int:
+    """Copy bytes [start, stop) of `src` to `dst`'s position (a new file's start): the kernel's copy."""
+    copied, size = 0, stop - start
     while copied < size:
-        n = os.sendfile(dst, src, copied, size - copied)
+        n = os.sendfile(dst, src, start + copied, size - copied)
         if not n:
             break
         copied += n
     return copied
 
 
-def _pread_pwrite(src: int, dst: int, start: int, stop: int, done: threading.Event | None = None) -> int:
-    """Copy bytes [start, stop) at the same offsets (positional: threads may share `dst`), until `done`."""
+def _pread_pwrite(src: int, dst: int, start: int, stop: int, base: int = 0,
+                  done: threading.Event | None = None) -> int:
+    """Copy bytes [start, stop) of `src` to `base` bytes earlier in `dst`, until `done`.
+
+    Positional reads and writes: threads may share `dst`.
+    """
     at = start
     while at < stop and not (done and done.is_set()):
         chunk = os.pread(src, min(stop - at, _CHUNK), at)
         if not chunk:
             break
-        os.pwrite(dst, chunk, at)
+        os.pwrite(dst, chunk, at - base)
         at += len(chunk)
     return at - start
 
 
-def read_bytes(source: str, volume_path: str, size: int, mtime_ns: int) -> bytes:
-    """Read `source` whole into memory, checking it is the listed version."""
+def read_bytes(source: str, volume_path: str, size: int, mtime_ns: int, span: Span | None = None) -> bytes:
+    """Read `source` whole (or its bytes `span`) into memory, checking it is the listed version."""
+    begin, end = (0, size) if span is None else span
     fd = _open_version(source, volume_path, size, mtime_ns)
     try:
-        data = read_fd(fd, size)
+        if begin:
+            os.lseek(fd, begin, os.SEEK_SET)
+        data = read_fd(fd, end - begin)
     finally:
         os.close(fd)
-    if len(data) != size:
-        raise FetchError(0, f"{volume_path} changed while being read ({len(data)} of {size} bytes)")
+    if len(data) != end - begin:
+        raise FetchError(0, f"{volume_path} changed while being read ({len(data)} of {end - begin} bytes)")
     return data
 
 

@@ -7,7 +7,7 @@ groups are the units: a stream reads each of its row groups once, whole.
 - Rank shares: the files not yet delivered, in pack order, cut into
   `world_size` contiguous ranges, equal within one file (exactly equal with
   `equalize`). A rank reads a run of neighbouring row groups, the same every
-  epoch, so its node's cache holds its own shards and not the whole pack.
+  epoch, so its node's cache holds its own row groups and not the whole pack.
 - Read order: the rank's row groups in a seeded per-epoch order, and the
   files inside each row group in a seeded order too (`shuffle`), the same on
   every rank.

@@ -304,11 +304,11 @@ class FileStream:
         self._grid, self._consumed, self._resumed_from = grid, done, resumed_from
         self.skipped = []
         if self.mode == "pack":
-            from .pack_read import offsets, read_files, shard_of
+            from .pack_read import offsets, placement, read_files
 
-            source = self._source
-            records = read_files(self.manifest, offsets(source.generation(), self._cache_dir), shard_of(source.units()),
-                                 source.shards(), items[done:], self.cache)
+            source, m = self._source, self.manifest
+            where = placement(source.units(), offsets(source.generation(), self._cache_dir), m.sizes)
+            records = read_files(m, where, source.shards(), items[done:], self.cache)
             yield from self._positions(records)  # type: ignore[misc]
             return
         fetch = dict(self._fetch)

@@ -364,18 +364,17 @@ class UCVolumeDatasource(Datasource):
     def _pack_tasks(self, epoch: int, parallelism: int, row_limit: int | None, block_bytes: int) -> list[ReadTask]:
         source = self._source
         manifest, shards, units = source.manifest, source.shards(), source.units()
-        starts, of_shard = pack_read.offsets(source.generation(), self._tasks.cache_dir), pack_read.shard_of(units)
+        where = pack_read.placement(units, pack_read.offsets(source.generation(), self._tasks.cache_dir),
+                                    manifest.sizes)
         pieces = self._parquet_share(epoch)
         schema = self.schema()
         tasks = []
-        for group in task_plan.groups([task_plan.piece_bytes(p) for p in pieces],
-                                      task_plan.task_count(len(pieces), parallelism)):
+        parts = task_plan.task_count(len(pieces), parallelism, min_per_task=task_plan.MIN_ROW_GROUPS_PER_TASK)
+        for group in task_plan.groups([task_plan.piece_bytes(p) for p in pieces], parts):
             files = pack_plan.files_of(units, [pieces[k] for k in group], seed=self._seed or 0,
                                        shuffle=self._seed is not None, epoch=epoch)
-            used = list(dict.fromkeys(of_shard[files].tolist()))  # the task carries only its shards' rows
-            local = {k: j for j, k in enumerate(used)}
-            read_fn = pack_read_fn(self._tasks, manifest.rows(files), starts[files].tolist(),
-                                   [local[k] for k in of_shard[files].tolist()], shards.rows(used),
+            placed, used = where.take(files)  # the task carries only its files' places and its shards' rows
+            read_fn = pack_read_fn(self._tasks, manifest.rows(files), placed, shards.rows(used),
                                    root=manifest.root, include_paths=self._include_paths,
                                    contents_type=self._contents_type, max_block_bytes=block_bytes,
                                    max_block_rows=row_limit)

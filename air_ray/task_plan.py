@@ -10,6 +10,10 @@ from air_core import RowGroup, RowSlice, snake, unit_of
 # A read task fetches its files on many threads at once; below this many files
 # a task costs more to schedule and to warm up than its reads take.
 MIN_FILES_PER_TASK = 64
+# A pack's read task fetches its row groups' byte ranges at once, each through its own open (bandwidth is
+# per open), and Ray runs a task per CPU: a task of one row group would read through one stream. 8, as a
+# whole shard was fetched in 8 ranges; many more per task leave too few tasks to keep every CPU busy to the end.
+MIN_ROW_GROUPS_PER_TASK = 8
 # The most bytes an Arrow `binary` array holds (its offsets are 32-bit).
 BINARY_BYTES = 2**31 - 1
 

@@ -20,7 +20,7 @@ from air_core import (
     DEFAULT_PREFETCH, Cache, CachedFile, FetchError, Manifest, RowGroup, RowSlice, read_items, unit_of,
     without_skips,
 )
-from air_core.pack_read import read_views
+from air_core.pack_read import Placement, read_views
 from air_core.tabular import read_units
 
 from .task_plan import BINARY_BYTES, binary_block_bytes
@@ -137,17 +137,17 @@ def parquet_read_fn(source: TaskSource, rows: Sequence[Row], pieces: Sequence[Ro
     return read_uc_volume_parquet
 
 
-def pack_read_fn(source: TaskSource, rows: Sequence[Row], starts: Sequence[int], shards: Sequence[int],
-                 shard_rows: Sequence[Row], *, root: str, include_paths: bool, contents_type: pa.DataType | None,
-                 max_block_bytes: int, max_block_rows: int | None = None) -> Callable[[], Iterator[pa.Table]]:
-    """A read task's function over a pack: files mode's rows, each file read from its shard's cached copy.
+def pack_read_fn(source: TaskSource, rows: Sequence[Row], where: Placement, shard_rows: Sequence[Row], *, root: str,
+                 include_paths: bool, contents_type: pa.DataType | None, max_block_bytes: int,
+                 max_block_rows: int | None = None) -> Callable[[], Iterator[pa.Table]]:
+    """A read task's function over a pack: files mode's rows, each file read from its row group's cached range.
 
     `rows` are the task's packed files (relative to `root`, the packed
-    folder) in read order; `starts` and `shards` where each one's bytes start
-    and in which of `shard_rows` (relative to `source.root`, the pack's
-    folder). Each file's bytes are copied once, from the mapped shard into the
-    block. `local_path` is empty: a packed file has no copy of its own.
-    Blocks close as in files mode.
+    folder) in read order; `where` places each one in its row group of one
+    of `shard_rows` (relative to `source.root`, the pack's folder), as
+    `Placement.take` gives it. Each file's bytes are copied once, from the
+    mapped range into the block. `local_path` is empty: a packed file has no
+    copy of its own. Blocks close as in files mode.
     """
     schema = files_schema(include_paths=include_paths, contents_type=contents_type)
     if contents_type == pa.binary():
@@ -165,8 +165,8 @@ def pack_read_fn(source: TaskSource, rows: Sequence[Row], starts: Sequence[int],
         manifest = Manifest.from_rows(root, rows, source.fingerprint)
         files: list[tuple[int, memoryview]] = []
         held = 0
-        for i, view in read_views(manifest, np.asarray(starts), np.asarray(shards), source.manifest(shard_rows),
-                                  range(len(rows)), source.cache(), local_root=source.local_root):
+        for i, view in read_views(manifest, where, source.manifest(shard_rows), range(len(rows)), source.cache(),
+                                  local_root=source.local_root):
             files.append((i, view))
             held += len(view)
             if held >= max_block_bytes or len(files) == max_block_rows:

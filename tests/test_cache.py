@@ -168,3 +168,44 @@ def test_a_large_file_arrives_whole_through_concurrent_ranges(volume, slowvol_so
                          capture_output=True, text=True, timeout=120, check=True).stdout.split()
     assert Path(out[0]).read_bytes() == data
     assert opens(trace)[str(volume.local("big/table.parquet"))] == 5
+
+
+def test_a_range_entry_holds_those_bytes_and_is_kept_counted_and_cleared_like_a_file(volume, monkeypatch):
+    from air_core import cache as cache_mod
+
+    data = os.urandom(20_000)
+    src = volume.write("d/shard.parquet", data)
+    vpath, st = volume.path("d/shard.parquet"), src.stat()
+    cache = Cache(os.environ["AIR_CACHE_DIR"], limit_bytes=1 << 20)
+    entry = cache.get(str(src), vpath, st.st_size, st.st_mtime_ns, (1000, 5000))
+    assert Path(entry).read_bytes() == data[1000:5000]
+    assert stat.S_IMODE(os.stat(entry).st_mode) == 0o600
+    assert cache.lookup(vpath, st.st_size, st.st_mtime_ns, (1000, 5000)) == entry
+    assert cache.lookup(vpath, st.st_size, st.st_mtime_ns) is None  # the whole file is another entry
+    assert cache.lookup(vpath, st.st_size, st.st_mtime_ns + 1, (1000, 5000)) is None  # so is another version
+    monkeypatch.setattr(cache_mod, "_RANGE", 1000)  # a long range: copied in ranges, each its own open
+    monkeypatch.setattr(cache_mod, "_RANGE_FROM", 2000)
+    long = cache.get(str(src), vpath, st.st_size, st.st_mtime_ns, (500, 9700))
+    assert Path(long).read_bytes() == data[500:9700]
+    assert cache.stats.misses == 2 and cache.stats.bytes_fetched == 4000 + 9200
+    assert cache.usage() == 13_200 and cache.info()["entries"] == 2
+    with pytest.raises(OptionError, match="not a range of it"):
+        cache.get(str(src), vpath, st.st_size, st.st_mtime_ns, (5000, 20_001))
+    assert cache.clear() == 13_200 and cache.info()["entries"] == 0
+
+
+def test_a_failed_range_copy_leaves_nothing_to_serve(volume, monkeypatch):
+    from air_core import cache as cache_mod
+
+    data = os.urandom(20_000)
+    src = volume.write("d/shard.parquet", data)
+    vpath, st = volume.path("d/shard.parquet"), src.stat()
+    cache = Cache(os.environ["AIR_CACHE_DIR"], limit_bytes=1 << 20)
+    real = cache_mod._sendfile
+    monkeypatch.setattr(cache_mod, "_sendfile", lambda s, d, start, stop: real(s, d, start, (start + stop) // 2))
+    with pytest.raises(FetchError, match="changed while being read"):
+        cache.get(str(src), vpath, st.st_size, st.st_mtime_ns, (1000, 9000))
+    entries = [p for p in (Path(cache.root) / "objects").rglob("*") if p.is_file() and not p.name.startswith(".")]
+    assert entries == [] and cache.usage() == 0  # only a hidden .part, and its room given back
+    monkeypatch.setattr(cache_mod, "_sendfile", real)
+    assert Path(cache.get(str(src), vpath, st.st_size, st.st_mtime_ns, (1000, 9000))).read_bytes() == data[1000:9000]

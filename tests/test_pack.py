@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from air_core import EmptyVolumeError, FileStream, OptionError, VolumePathError, pack, resolve_source, run_state
@@ -15,6 +17,8 @@ from air_core.grid import Grid
 from air_core.pack_layout import cuts, parse_size
 from air_core.pack_plan import plan as pack_plan
 from air_core.pack_store import GENERATIONS, POINTER, pack_folder
+from conftest import wait_for
+from test_cache import opens, slow_env
 
 RUN = Path(__file__).parent / "scripts" / "pack_run.py"
 SHARD = 40_000  # ~30 files of the volume below per shard: several shards, row groups of ~8 files
@@ -124,6 +128,118 @@ def test_resume_mid_epoch_on_the_same_or_another_grid_is_exactly_once(volume, ne
     same.load_state_dict(states[3])  # one stream's own state, on its own grid
     whole = [f.path for f in FileStream(volume.path("packed"), rank=1, world_size=3, worker=1, num_workers=2, **opts)]
     assert [f.path for f in same] == whole[states[3]["consumed"]:]
+
+
+def span_entries(cache_dir: Path) -> dict[str, int]:
+    """{entry name: size} of the shards' ranges a cache holds (not the pack's listing and offsets)."""
+    return {p.name: p.stat().st_size for p in (cache_dir / "objects").rglob("*")
+            if p.is_file() and not p.name.startswith(".") and ".parquet" in p.name}
+
+
+def test_each_node_fetches_only_its_ranks_row_groups_and_serves_the_next_epoch_itself(volume, tmp_path):
+    from air_core import Cache
+    from air_core.pack_read import offsets, placement
+
+    loose = loose_files(volume)
+    pack(volume.path("d"), volume.path("packed"), shard_size=SHARD, row_group_size=SHARD // 4)
+    source = resolve_source(volume.path("packed"), mode="pack")
+    shards, units = source.shards(), source.units()
+    where = placement(units, offsets(source.generation(), None), source.manifest.sizes)
+    assert len(shards.paths) >= 3 and len(units) >= 9
+    nodes = [tmp_path / f"node{r}" for r in range(3)]  # a cache folder each: three machines
+    got, fetched, held_by = [], 0, np.zeros(len(units), int)
+    for r, node in enumerate(nodes):
+        items = []
+        for w in range(2):
+            s = FileStream(volume.path("packed"), rank=r, world_size=3, worker=w, num_workers=2, shuffle=True,
+                           cache_dir=str(node))
+            items += s.items()
+            got += [(f.path, f.read_bytes()) for f in s]
+        groups = np.unique(where.groups[items])
+        held_by[groups] += 1
+        cache = Cache(str(node))
+        own = {os.path.basename(cache.entry_path(shards.volume_path(int(k)), int(shards.sizes[k]),
+                                                 int(shards.mtimes[k]), (int(a), int(b))))
+               for k, a, b in where.spans[groups]}
+        held = span_entries(node)
+        assert set(held) == own  # the ranges of its own row groups, and no others
+        fetched += sum(held.values())
+        for w in range(2):  # the next epoch, each worker reading what the other fetched: all from the cache
+            s = FileStream(volume.path("packed"), rank=r, world_size=3, worker=1 - w, num_workers=2, shuffle=True,
+                           cache_dir=str(node))
+            s.set_epoch(1)
+            assert sum(len(f.read_bytes()) for f in s) and s.cache.stats.misses == 0 and s.cache.stats.hits
+        assert span_entries(node) == held
+    assert sorted(got) == sorted(loose.items())
+    # Every row group crosses the network once, but the (at most) two that a rank boundary splits, once per
+    # node reading it: about the pack's file bytes in all (with their lengths between), not 3 x its shards.
+    assert held_by.min() == 1 and (held_by == 2).sum() <= 2 and held_by.max() <= 2
+    file_bytes = sum(map(len, loose.values()))
+    assert file_bytes < fetched < 1.3 * file_bytes
+
+
+NODE_READ = r"""
+import json, sys
+from air_core import FileStream
+path, rank, epoch = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+out = {"bytes": 0, "misses": 0}
+for w in range(2):
+    s = FileStream(path, rank=rank, world_size=3, worker=w, num_workers=2, shuffle=True)
+    s.set_epoch(epoch)
+    out["bytes"] += sum(len(f.read_bytes()) for f in s)
+    out["misses"] += s.cache.stats.misses
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.slow
+def test_three_nodes_open_each_row_group_once_and_a_second_epoch_opens_no_shard(volume, slowvol_so, tmp_path):
+    loose = loose_files(volume)
+    r = pack(volume.path("d"), volume.path("packed"), shard_size=SHARD, row_group_size=SHARD // 4)
+    shard_paths = {str(volume.local(r.path[len(volume.vol) + 1:]) / name) for name in r.shards}
+    read_bytes = fetched = range_opens = 0
+    for rank in range(3):
+        node = tmp_path / f"node{rank}"
+        for epoch in (0, 1):  # a process each: the second epoch is a later job (or worker) on the node
+            trace = tmp_path / f"trace{rank}.{epoch}"
+            out = subprocess.run([sys.executable, "-c", NODE_READ, volume.path("packed"), str(rank), str(epoch)],
+                                 env={**slow_env(slowvol_so, volume, trace), "AIR_CACHE_DIR": str(node)},
+                                 capture_output=True, text=True, timeout=120)
+            assert out.returncode == 0, out.stderr[-3000:]
+            got = json.loads(out.stdout)
+            shard_opens = sum(n for p, n in opens(trace).items() if p in shard_paths)
+            if epoch == 0:
+                read_bytes += got["bytes"]
+                range_opens += shard_opens
+                fetched += sum(span_entries(node).values())
+                assert shard_opens == got["misses"] == len(span_entries(node)) > 0  # a range, an open
+            else:
+                assert shard_opens == got["misses"] == 0
+    assert read_bytes == sum(map(len, loose.values())) < fetched < 1.3 * read_bytes
+    # Each row group opened once, but the two a rank boundary splits: once on each node that reads them.
+    assert range_opens <= len(resolve_source(volume.path("packed"), mode="pack").units()) + 2
+
+
+@pytest.mark.slow
+def test_a_range_fetch_killed_midway_is_never_served(volume, slowvol_so):
+    blobs = {f"big/c/{k}.bin": os.urandom(1 << 20) for k in range(3)}
+    for rel, data in blobs.items():
+        volume.write(rel, data)
+    pack(volume.path("big"), volume.path("packed"))  # one row group of 3 MiB
+    code = "import sys; from air_core import FileStream\nfor f in FileStream(sys.argv[1]): pass\n"
+    proc = subprocess.Popen([sys.executable, "-c", code, volume.path("packed")],
+                            env=slow_env(slowvol_so, volume, SLOWVOL_MBPS="1"))
+    cache = Path(os.environ["AIR_CACHE_DIR"])
+    wait_for(lambda: proc.poll() is not None or any(p.name.endswith(".part") and ".parquet" in p.name and
+                                                     p.stat().st_size for p in (cache / "objects").rglob("*")),
+             30, "the range fetch to start")
+    assert proc.poll() is None, "the fetch ended before it could be killed"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert span_entries(cache) == {}  # only the .part is left, and it is never an entry
+    stream = FileStream(volume.path("packed"))
+    assert {f.path: f.read_bytes() for f in stream} == {volume.path(rel): data for rel, data in blobs.items()}
+    assert stream.cache.stats.misses == 1 and len(span_entries(cache)) == 1
 
 
 def test_a_state_over_the_loose_files_does_not_resume_the_pack(volume):

@@ -97,11 +97,11 @@ def test_a_hedge_wins_over_a_stuck_copy_which_then_neither_clobbers_nor_counts(v
     release, stuck = threading.Event(), threading.Event()
     sendfile = cache_mod._sendfile
 
-    def first_call_sticks(s, d, n):
+    def first_call_sticks(s, d, start, stop):
         if not stuck.is_set():
             stuck.set()
             release.wait(30)
-        return sendfile(s, d, n)
+        return sendfile(s, d, start, stop)
 
     monkeypatch.setattr(cache_mod, "_sendfile", first_call_sticks)
     first: list[str | None] = []
@@ -130,11 +130,11 @@ def test_a_stalled_range_of_a_large_file_is_hedged(volume, monkeypatch):
     copy_range = cache_mod._copy_range
     calls: list[int] = []
 
-    def second_range_sticks_once(source, vpath, size, mtime, dst, start, stop, done):
+    def second_range_sticks_once(source, vpath, size, mtime, dst, start, stop, base, done):
         calls.append(start)
         if start == cache_mod._RANGE and calls.count(start) == 1:
             release.wait(60)
-        return copy_range(source, vpath, size, mtime, dst, start, stop, done)
+        return copy_range(source, vpath, size, mtime, dst, start, stop, base, done)
 
     monkeypatch.setattr(cache_mod, "_copy_range", second_range_sticks_once)
     cache = Cache()
