@@ -56,6 +56,9 @@ DEFAULT_ROW_GROUP_SIZE = 16 << 20
 DEFAULT_THREADS = 64
 _READ_AHEAD_BYTES = 256 << 20
 _BINARY_MAX = 2**31 - 1
+# `bytes` uncompressed and without a dictionary: each file is stored whole, where `_offsets` finds it.
+_WRITER_OPTIONS = dict(compression={"bytes": "none"}, use_dictionary=["label"],
+                       write_statistics=["path", "size", "mtime", "label"])
 
 
 @dataclass(frozen=True)
@@ -226,17 +229,13 @@ def _write_shards(manifest: Manifest, shards: list[list[tuple[int, int]]], todo:
                 tqdm(total=total, unit="B", unit_scale=True, desc="pack", disable=not progress) as bar:
             for k in todo:
                 local = os.path.join(stage, shard_name(k))
-                offsets: list[int] = []
-                with pq.ParquetWriter(local, schema, compression={"bytes": "none"}, use_dictionary=["label"],
-                                      write_statistics=["path", "size", "mtime", "label"]) as writer, \
-                        open(local, "rb", buffering=0) as written:
+                with pq.ParquetWriter(local, schema, **_WRITER_OPTIONS) as writer:
                     for a, b in shards[k]:
                         blobs = [next(contents) for _ in range(a, b)]
-                        start = os.fstat(written.fileno()).st_size
-                        writer.write_table(_rows(manifest, a, b, blobs, schema))  # the row group is on disk now
-                        offsets += _locate(blobs, written, start)
+                        writer.write_table(_rows(manifest, a, b, blobs, schema), row_group_size=b - a)
                         bar.update(sum(map(len, blobs)))
-                copies.append(copier.submit(_copy_shard, local, offsets, folder, k))
+                first, last = shards[k][0][0], shards[k][-1][1]
+                copies.append(copier.submit(_copy_shard, local, sizes[first:last], folder, k))
                 while len(copies) > 1:  # at most one shard copying while the next one is built
                     copies.pop(0).result()
             for c in copies:
@@ -263,38 +262,151 @@ def _rows(manifest: Manifest, a: int, b: int, blobs: list[bytes], schema: pa.Sch
     return pa.Table.from_pydict(cols, schema=schema)
 
 
-def _locate(blobs: list[bytes], written, start: int) -> list[int]:
-    """Where each of `blobs` sits in the shard: the row group just written from `start` on.
+def _offsets(shard: str, sizes: Sequence[int]) -> list[int]:
+    """Where each packed file's bytes start in the local `shard`, from its footer and page headers.
 
-    Uncompressed, without a dictionary, Parquet stores each value whole,
-    after its length as 4 bytes, in order, with a page header between pages.
-    So each value is the first place past the previous one where its length
-    and then itself are found. Readers of a stream then read a file with one
-    `pread` from the cached shard, as they read a loose file, instead of
-    decoding its row group.
+    Uncompressed, PLAIN, without a dictionary, Parquet stores each value
+    whole, after its length as 4 bytes, in order; a page header (and the
+    page's definition levels) comes between pages. So walking the `bytes`
+    column chunks page by page, reading only each page's header, places
+    every value: `sizes` (the files' sizes, in row order) tell where one ends
+    and the next begins. Each page must hold exactly its values, the first
+    one after its length, and the pages exactly the files: anything else
+    (another writer, other options) is refused rather than recorded wrong.
+    Readers of a stream then read a file with one `pread` from the cached
+    shard, as they read a loose file, instead of decoding its row group.
     """
-    region = os.pread(written.fileno(), os.fstat(written.fileno()).st_size - start, start)
-    out, at = [], 0
-    for blob in blobs:
-        # Short, so finding it scans at most a page header; its tail is checked too (a whole compare
-        # would cost another pass over the data, and nothing but the value itself fits both ends).
-        head, tail = len(blob).to_bytes(4, "little") + blob[:12], blob[-12:]
-        found = region.find(head, at)
-        while found >= 0 and not region.startswith(tail, found + 4 + len(blob) - len(tail)):
-            found = region.find(head, found + 1)
-        if found < 0:
-            raise AssertionError("a packed file was not stored whole in its shard")  # see the writer's options
-        out.append(start + found + 4)
-        at = found + 4 + len(blob)
+    import pyarrow.parquet as pq
+
+    md = pq.read_metadata(shard)
+    column = md.schema.names.index("bytes")
+    out: list[int] = []
+    with open(shard, "rb", buffering=0) as f:
+        fd = f.fileno()
+        for g in range(md.num_row_groups):
+            chunk = md.row_group(g).column(column)
+            if chunk.compression != "UNCOMPRESSED" or chunk.has_dictionary_page:
+                raise AssertionError(f"{shard}: the packed files are not stored whole")  # see _WRITER_OPTIONS
+            at, end = chunk.data_page_offset, chunk.data_page_offset + chunk.total_compressed_size
+            while at < end:
+                values, stop, count = _page_values(fd, at)
+                first = len(out)
+                if count and (first + count > len(sizes) or
+                              int.from_bytes(os.pread(fd, 4, values), "little") != sizes[first]):
+                    raise AssertionError(f"{shard}: a page of packed files is not laid out as expected")
+                for size in sizes[first:first + count]:
+                    out.append(values + 4)
+                    values += 4 + int(size)
+                if values != stop:
+                    raise AssertionError(f"{shard}: a page of packed files is not laid out as expected")
+                at = stop
+    if len(out) != len(sizes):
+        raise AssertionError(f"{shard} holds {len(out)} packed files, not {len(sizes)}")
     return out
 
 
-def _copy_shard(local: str, offsets: list[int], folder: str, k: int) -> None:
+_DATA_PAGE, _DATA_PAGE_V2, _PLAIN = 0, 3, 0
+
+
+def _page_values(fd: int, at: int) -> tuple[int, int, int]:
+    """(where its values start, where it ends, how many) of the data page whose header is at `at`.
+
+    Reads the page header (Thrift compact protocol, as the Parquet format
+    defines it) and, for a version 1 page, the length of its definition
+    levels (`bytes` is a nullable column), which precede the values.
+    """
+    head = os.pread(fd, 1024, at)
+    try:
+        header, size = _thrift_struct(head, 0)
+    except IndexError:  # a longer header (page statistics): read as much as any writer puts there
+        head = os.pread(fd, 16 << 20, at)
+        header, size = _thrift_struct(head, 0)
+    body, stop = at + size, at + size + header[3]
+    if header[1] == _DATA_PAGE and header[5][2] == _PLAIN:  # DataPageHeader: num_values, encoding, ...
+        levels = int.from_bytes(os.pread(fd, 4, body), "little")  # definition levels, after their length
+        return body + 4 + levels, stop, header[5][1]
+    if header[1] == _DATA_PAGE_V2 and header[8][4] == _PLAIN and not header[8][2]:  # ..., num_nulls, ...
+        v2 = header[8]
+        return body + v2[5] + v2.get(6, 0), stop, v2[1]  # after the definition and repetition levels
+    raise AssertionError(f"a page of packed files that is not a PLAIN data page: {header}")
+
+
+def _thrift_struct(buf: bytes, pos: int) -> tuple[dict, int]:
+    """A struct in Thrift's compact protocol at `buf[pos:]`: ({field id: value}, where it ends).
+
+    Integers and nested structs are decoded; other values are skipped over.
+    """
+    fields: dict = {}
+    field = 0
+    while True:
+        byte = buf[pos]
+        pos += 1
+        if not byte:
+            return fields, pos
+        kind = byte & 0x0F
+        if byte >> 4:
+            field += byte >> 4
+        else:
+            field, pos = _zigzag(buf, pos)
+        fields[field], pos = _thrift_value(buf, pos, kind)
+
+
+def _thrift_value(buf: bytes, pos: int, kind: int) -> tuple[object, int]:
+    if kind in (1, 2):  # a boolean field carries its value in its type
+        return kind == 1, pos
+    if kind == 3:
+        return buf[pos], pos + 1
+    if kind in (4, 5, 6):
+        return _zigzag(buf, pos)
+    if kind == 7:
+        return None, pos + 8
+    if kind == 8:
+        n, pos = _varint(buf, pos)
+        return None, pos + n
+    if kind in (9, 10):  # list, set
+        n, elem = buf[pos] >> 4, buf[pos] & 0x0F
+        pos += 1
+        if n == 15:
+            n, pos = _varint(buf, pos)
+        for _ in range(n):
+            _, pos = (None, pos + 1) if elem in (1, 2) else _thrift_value(buf, pos, elem)  # a boolean: a byte
+        return None, pos
+    if kind == 11:  # map
+        n, pos = _varint(buf, pos)
+        if n:
+            key, value = buf[pos] >> 4, buf[pos] & 0x0F
+            pos += 1
+            for _ in range(n):
+                _, pos = _thrift_value(buf, pos, key)
+                _, pos = _thrift_value(buf, pos, value)
+        return None, pos
+    if kind == 12:
+        return _thrift_struct(buf, pos)
+    raise ValueError(f"Thrift compact type {kind}")
+
+
+def _varint(buf: bytes, pos: int) -> tuple[int, int]:
+    out = shift = 0
+    while True:
+        byte = buf[pos]
+        pos += 1
+        out |= (byte & 0x7F) << shift
+        shift += 7
+        if byte < 0x80:
+            return out, pos
+
+
+def _zigzag(buf: bytes, pos: int) -> tuple[int, int]:
+    n, pos = _varint(buf, pos)
+    return (n >> 1) ^ -(n & 1), pos
+
+
+def _copy_shard(local: str, sizes: Sequence[int], folder: str, k: int) -> None:
     """Copy shard `k` onto the volume after its files' offsets: a shard that is there always has them."""
     import numpy as np
 
     offsets_file = f"{local}.offsets"
-    np.asarray(offsets, dtype="<i8").tofile(offsets_file)
+    np.asarray(_offsets(local, sizes), dtype="<i8").tofile(offsets_file)
     _copy_onto_volume(offsets_file, os.path.join(folder, offsets_name(k)))
     _copy_onto_volume(local, os.path.join(folder, shard_name(k)))
 

@@ -90,6 +90,60 @@ def test_a_pack_reads_as_the_loose_files_and_packing_again_writes_nothing(volume
     assert {p: p.stat().st_mtime_ns for p in volume.local("packed").rglob("*")} == stamp
 
 
+ODD_SIZES = [0, 1, 5, 0, 3 << 20, 70_000, 0, 1_048_573, 12, 2_500_000, 0] + [300 + 97 * i for i in range(40)]
+
+
+def at_their_offsets(shard: bytes, contents: list[bytes], offsets) -> bool:
+    """Each file's bytes sit at its offset, right after their length (where a Parquet value is), in order."""
+    ends = [int(o) + len(c) for o, c in zip(offsets, contents)]
+    return all(shard[o - 4:o] == len(c).to_bytes(4, "little") and shard[o:o + len(c)] == c
+               for o, c in zip(offsets, contents)) and all(e + 4 <= o for e, o in zip(ends, offsets[1:]))
+
+
+@pytest.mark.parametrize("page", [dict(), dict(data_page_size=1000, write_batch_size=1), dict(max_rows_per_page=3),
+                                  dict(data_page_size=1, write_batch_size=2, data_page_version="2.0")])
+def test_offsets_come_from_the_page_headers_for_any_page_layout(tmp_path, page):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from air_core.pack import _WRITER_OPTIONS, _offsets, _schema
+
+    contents = [os.urandom(n) for n in ODD_SIZES]
+    schema = _schema(True, pa.binary())
+    path = tmp_path / "shard.parquet"
+    with pq.ParquetWriter(path, schema, **{**_WRITER_OPTIONS, **page}) as writer:
+        for a, b in [(0, 4), (4, 5), (5, 30), (30, len(contents))]:  # row groups: empty files alone, a large one
+            writer.write_table(pa.table({"path": [f"c/{i}" for i in range(a, b)], "size": ODD_SIZES[a:b],
+                                         "mtime": [0] * (b - a), "bytes": contents[a:b],
+                                         "label": ["c"] * (b - a)}, schema=schema))
+    offsets = _offsets(str(path), ODD_SIZES)
+    assert at_their_offsets(path.read_bytes(), contents, offsets)
+    with pytest.raises(AssertionError):  # sizes other than those stored are refused, never recorded wrong
+        _offsets(str(path), ODD_SIZES[:3] + [ODD_SIZES[3] + 1] + ODD_SIZES[4:])
+
+
+def test_packed_files_of_any_size_are_read_from_their_offsets(volume):
+    import numpy as np
+
+    loose = {volume.path(f"odd/class{i % 2}/f{i:03d}.bin"): os.urandom(n) for i, n in enumerate(ODD_SIZES)}
+    for path, data in loose.items():
+        volume.write(path[len(volume.vol) + 1:], data)
+    r = pack(volume.path("odd"), volume.path("packed"), shard_size=3 << 20, row_group_size=1 << 20)
+    assert len(r.shards) > 1
+    folder = volume.local(r.path[len(volume.vol) + 1:])
+    offsets = np.fromfile(folder / ".offsets", dtype="<i8")
+    shards = [(folder / name).read_bytes() for name in r.shards]
+    import pyarrow.parquet as pq
+
+    names = [n for name in r.shards for n in pq.read_table(folder / name, columns=["path"])["path"].to_pylist()]
+    contents = [loose[volume.path(f"odd/{n}")] for n in names]
+    per_shard = np.cumsum([0] + [pq.read_metadata(folder / name).num_rows for name in r.shards])
+    for k, shard in enumerate(shards):
+        a, b = per_shard[k], per_shard[k + 1]
+        assert at_their_offsets(shard, contents[a:b], offsets[a:b])
+    assert dict(read(volume.path("packed"))) == loose
+
+
 def test_ranks_and_workers_read_each_packed_file_once(volume):
     loose = loose_files(volume)
     pack(volume.path("d"), volume.path("packed"), shard_size=SHARD, row_group_size=SHARD // 4)
