@@ -32,16 +32,17 @@ import os
 import secrets
 import shutil
 import tempfile
+import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Sequence
 
+import numpy as np
 from tqdm import tqdm
 
 from . import options, volume
-from .cache import read_bytes
 from .delta.publication import _node_lock
-from .errors import VolumePathError
+from .errors import FetchError, VolumePathError
 from .fetch import ordered_map, retrying
 from .manifest import Manifest, list_folder
 from .pack_layout import layout, parse_size
@@ -213,17 +214,29 @@ def _write_shards(manifest: Manifest, shards: list[list[tuple[int, int]]], todo:
     largest_group = max((int(sizes[a:b].sum()) for groups in shards for a, b in groups), default=0)
     schema = _schema(labels, pa.binary() if largest_group <= _BINARY_MAX else pa.large_binary())
 
-    def read(i: int) -> bytes:
-        rel = paths[i]
-        return retrying(lambda: read_bytes(f"{local_root}/{rel}", f"{root}/{rel}", int(sizes[i]), int(mtimes[i])),
-                        f"{root}/{rel}")
+    groups = [(a, b) for k in todo for a, b in shards[k]]
+    positions = np.arange(sum(b - a for a, b in groups), dtype=np.int64)
+    if groups:
+        positions = np.concatenate([np.arange(a, b) for a, b in groups])
+    group_of = np.repeat(np.arange(len(groups)), [b - a for a, b in groups])
+    at = np.concatenate([np.cumsum(sizes[a:b]) - sizes[a:b] for a, b in groups]) if groups else positions
+    buffers = _Buffers([int(sizes[a:b].sum()) for a, b in groups])
 
-    positions = [i for k in todo for a, b in shards[k] for i in range(a, b)]
-    total = int(sizes[positions].sum()) if positions else 0
-    contents = ordered_map(read, ((i, int(sizes[i])) for i in positions), threads=threads, max_ahead=4 * threads,
-                           max_bytes=_READ_AHEAD_BYTES)
+    def read(j: int) -> None:
+        """Read the j-th file to pack into its row group's buffer, at its place there."""
+        i, size = int(positions[j]), int(sizes[positions[j]])
+        into = buffers.get(int(group_of[j]))
+        if into is None:  # a spare read (see ordered_map's hedging) of a row group already written
+            return
+        view, rel = memoryview(into)[int(at[j]):int(at[j]) + size], paths[i]
+        retrying(lambda: _read_into(f"{local_root}/{rel}", f"{root}/{rel}", int(mtimes[i]), view), f"{root}/{rel}")
+
+    total = int(sizes[positions].sum())
+    done = ordered_map(read, ((j, int(sizes[positions[j]])) for j in range(len(positions))), threads=threads,
+                       max_ahead=4 * threads, max_bytes=_READ_AHEAD_BYTES)
     stage = tempfile.mkdtemp(prefix="air-pack-")
     copies: list[Future] = []
+    g = 0
     try:
         with ThreadPoolExecutor(1, thread_name_prefix="air-pack-copy") as copier, \
                 tqdm(total=total, unit="B", unit_scale=True, desc="pack", disable=not progress) as bar:
@@ -231,9 +244,12 @@ def _write_shards(manifest: Manifest, shards: list[list[tuple[int, int]]], todo:
                 local = os.path.join(stage, shard_name(k))
                 with pq.ParquetWriter(local, schema, **_WRITER_OPTIONS) as writer:
                     for a, b in shards[k]:
-                        blobs = [next(contents) for _ in range(a, b)]
-                        writer.write_table(_rows(manifest, a, b, blobs, schema), row_group_size=b - a)
-                        bar.update(sum(map(len, blobs)))
+                        for _ in range(a, b):
+                            next(done)
+                        data = buffers.take(g)
+                        g += 1
+                        writer.write_table(_rows(manifest, a, b, data, schema), row_group_size=b - a)
+                        bar.update(len(data))
                 first, last = shards[k][0][0], shards[k][-1][1]
                 copies.append(copier.submit(_copy_shard, local, sizes[first:last], folder, k))
                 while len(copies) > 1:  # at most one shard copying while the next one is built
@@ -244,6 +260,51 @@ def _write_shards(manifest: Manifest, shards: list[list[tuple[int, int]]], todo:
         shutil.rmtree(stage, ignore_errors=True)
 
 
+class _Buffers:
+    """Each row group's files, read side by side into one buffer, which becomes its `bytes` column as is.
+
+    A row group's buffer is made by the first read into it, and taken by
+    the writer once all its files are in; a read of it after that (a spare
+    read, hedging one that was slow) is told so, and reads nothing.
+    """
+
+    def __init__(self, sizes: list[int]) -> None:
+        self._sizes, self._made, self._taken = sizes, {}, 0
+        self._lock = threading.Lock()
+
+    def get(self, g: int) -> np.ndarray | None:
+        with self._lock:
+            if g < self._taken:
+                return None
+            made = self._made.get(g)
+            if made is None:
+                made = self._made[g] = np.empty(self._sizes[g], dtype=np.uint8)  # not zeroed: all read over
+            return made
+
+    def take(self, g: int) -> np.ndarray:
+        with self._lock:
+            self._taken = g + 1
+            made = self._made.pop(g, None)
+            return np.empty(0, dtype=np.uint8) if made is None else made
+
+
+def _read_into(source: str, volume_path: str, mtime_ns: int, view: memoryview) -> None:
+    """Read `source` whole into `view`, checking it is the listed version (its size is the view's)."""
+    fd = os.open(source, os.O_RDONLY)
+    try:
+        st = os.fstat(fd)
+        if st.st_size != len(view) or st.st_mtime_ns != mtime_ns:
+            raise FetchError(0, f"{volume_path} changed after it was listed (size {len(view)} -> {st.st_size}); "
+                                "pack again to pack the new version")
+        n = 0
+        while n < len(view) and (got := os.readv(fd, [view[n:]])):
+            n += got
+    finally:
+        os.close(fd)
+    if n != len(view):
+        raise FetchError(0, f"{volume_path} changed while being read ({n} of {len(view)} bytes)")
+
+
 def _schema(labels: bool, binary: pa.DataType) -> pa.Schema:
     import pyarrow as pa
 
@@ -252,11 +313,16 @@ def _schema(labels: bool, binary: pa.DataType) -> pa.Schema:
     return pa.schema(fields + ([pa.field("label", pa.string())] if labels else []))
 
 
-def _rows(manifest: Manifest, a: int, b: int, blobs: list[bytes], schema: pa.Schema) -> pa.Table:
+def _rows(manifest: Manifest, a: int, b: int, data: np.ndarray, schema: pa.Schema) -> pa.Table:
+    """Rows `a` to `b` of the listing, whose files lie side by side in `data`: it is their column, not a copy."""
     import pyarrow as pa
 
-    paths = manifest.paths[a:b]
-    cols = {"path": paths, "size": manifest.sizes[a:b], "mtime": manifest.mtimes[a:b], "bytes": blobs}
+    paths, sizes = manifest.paths[a:b], manifest.sizes[a:b]
+    binary = schema.field("bytes").type
+    ends = np.zeros(b - a + 1, dtype=np.int64 if binary == pa.large_binary() else np.int32)
+    np.cumsum(sizes, out=ends[1:])
+    contents = pa.Array.from_buffers(binary, b - a, [None, pa.py_buffer(ends), pa.py_buffer(data)])
+    cols = {"path": paths, "size": sizes, "mtime": manifest.mtimes[a:b], "bytes": contents}
     if "label" in schema.names:
         cols["label"] = [p.rsplit("/", 2)[-2] for p in paths]
     return pa.Table.from_pydict(cols, schema=schema)
@@ -403,7 +469,6 @@ def _zigzag(buf: bytes, pos: int) -> tuple[int, int]:
 
 def _copy_shard(local: str, sizes: Sequence[int], folder: str, k: int) -> None:
     """Copy shard `k` onto the volume after its files' offsets: a shard that is there always has them."""
-    import numpy as np
 
     offsets_file = f"{local}.offsets"
     np.asarray(_offsets(local, sizes), dtype="<i8").tofile(offsets_file)

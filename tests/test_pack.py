@@ -144,6 +144,23 @@ def test_packed_files_of_any_size_are_read_from_their_offsets(volume):
     assert dict(read(volume.path("packed"))) == loose
 
 
+def test_files_are_read_into_their_row_groups_buffer_and_a_late_spare_read_reads_nothing(volume):
+    from air_core import FetchError
+    from air_core.pack import _Buffers, _read_into
+
+    buffers = _Buffers([6, 0])
+    into = buffers.get(0)
+    assert buffers.get(0) is into and len(into) == 6
+    p = volume.write("x/a.bin", b"abcdef")
+    _read_into(str(p), "a.bin", p.stat().st_mtime_ns, memoryview(into)[:6])
+    assert bytes(buffers.take(0)) == b"abcdef" and len(buffers.take(1)) == 0
+    assert buffers.get(0) is None  # taken: a spare read that comes after has nothing to write into
+    with pytest.raises(FetchError, match="changed after it was listed"):
+        _read_into(str(p), "a.bin", p.stat().st_mtime_ns, memoryview(bytearray(5)))
+    with pytest.raises(FetchError, match="changed after it was listed"):
+        _read_into(str(p), "a.bin", p.stat().st_mtime_ns + 1, memoryview(bytearray(6)))
+
+
 def test_ranks_and_workers_read_each_packed_file_once(volume):
     loose = loose_files(volume)
     pack(volume.path("d"), volume.path("packed"), shard_size=SHARD, row_group_size=SHARD // 4)
