@@ -3,11 +3,12 @@
 Every open on a volume is a network round trip, so small files are read at
 (reads in flight / latency) files per second whatever the bandwidth; a shard
 of 1 GiB is read at bandwidth speed. `pack` reads the files through the core
-(concurrent reads, retried), writes each shard on local disk, then copies it
-onto the volume in one sequential pass under a hidden name and renames it
+(concurrent reads, retried), writes each shard on local disk, and copies it
+onto the volume in one sequential pass under a hidden name, then renames it
 into place: the volume sees only whole files written front to back and file
 renames, which object storage offers (no links, locks, folder renames,
-appends or seeks). A shard is copied while the next one is built.
+appends or seeks). The copy follows the local shard as its row groups are
+written, so that copying overlaps reading, the last shard's copy included.
 
 Each packed file is one row: `path` (relative to the source folder), `size`,
 `mtime` (nanoseconds since the epoch), `bytes`, and `label` (the parent
@@ -34,6 +35,7 @@ import shutil
 import tempfile
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
+from queue import SimpleQueue
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Sequence
 
@@ -205,7 +207,7 @@ def _result(d: volume.VolumePath, name: str, manifest: Manifest, *, written: int
 
 def _write_shards(manifest: Manifest, shards: list[list[tuple[int, int]]], todo: list[int], folder: str, *,
                   labels: bool, threads: int, progress: bool) -> None:
-    """Build each shard in `todo` on local disk and copy it onto the volume while the next one is built."""
+    """Build each shard in `todo` on local disk and copy it onto the volume as it is built."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -215,11 +217,9 @@ def _write_shards(manifest: Manifest, shards: list[list[tuple[int, int]]], todo:
     schema = _schema(labels, pa.binary() if largest_group <= _BINARY_MAX else pa.large_binary())
 
     groups = [(a, b) for k in todo for a, b in shards[k]]
-    positions = np.arange(sum(b - a for a, b in groups), dtype=np.int64)
-    if groups:
-        positions = np.concatenate([np.arange(a, b) for a, b in groups])
-    group_of = np.repeat(np.arange(len(groups)), [b - a for a, b in groups])
-    at = np.concatenate([np.cumsum(sizes[a:b]) - sizes[a:b] for a, b in groups]) if groups else positions
+    positions = np.concatenate([np.arange(a, b) for a, b in groups] or [np.zeros(0, dtype=np.int64)])
+    group_of = np.repeat(np.arange(len(groups)), [b - a for a, b in groups])  # the row group each one is in
+    at = np.concatenate([np.cumsum(sizes[a:b]) - sizes[a:b] for a, b in groups] or [positions])  # where in it
     buffers = _Buffers([int(sizes[a:b].sum()) for a, b in groups])
 
     def read(j: int) -> None:
@@ -242,16 +242,23 @@ def _write_shards(manifest: Manifest, shards: list[list[tuple[int, int]]], todo:
                 tqdm(total=total, unit="B", unit_scale=True, desc="pack", disable=not progress) as bar:
             for k in todo:
                 local = os.path.join(stage, shard_name(k))
-                with pq.ParquetWriter(local, schema, **_WRITER_OPTIONS) as writer:
-                    for a, b in shards[k]:
-                        for _ in range(a, b):
-                            next(done)
-                        data = buffers.take(g)
-                        g += 1
-                        writer.write_table(_rows(manifest, a, b, data, schema), row_group_size=b - a)
-                        bar.update(len(data))
                 first, last = shards[k][0][0], shards[k][-1][1]
-                copies.append(copier.submit(_copy_shard, local, sizes[first:last], folder, k))
+                grown: SimpleQueue = SimpleQueue()  # how far the local shard is written: the copy follows it
+                copies.append(copier.submit(_copy_shard, local, grown, sizes[first:last], folder, k))
+                end = _ABANDONED
+                try:
+                    with pq.ParquetWriter(local, schema, **_WRITER_OPTIONS) as writer:
+                        for a, b in shards[k]:
+                            for _ in range(a, b):
+                                next(done)
+                            data = buffers.take(g)
+                            g += 1
+                            writer.write_table(_rows(manifest, a, b, data, schema), row_group_size=b - a)
+                            grown.put(os.path.getsize(local))  # the row group is on disk now
+                            bar.update(len(data))
+                    end = _WHOLE
+                finally:
+                    grown.put(end)
                 while len(copies) > 1:  # at most one shard copying while the next one is built
                     copies.pop(0).result()
             for c in copies:
@@ -467,13 +474,61 @@ def _zigzag(buf: bytes, pos: int) -> tuple[int, int]:
     return (n >> 1) ^ -(n & 1), pos
 
 
-def _copy_shard(local: str, sizes: Sequence[int], folder: str, k: int) -> None:
-    """Copy shard `k` onto the volume after its files' offsets: a shard that is there always has them."""
+_WHOLE, _ABANDONED = -1, -2  # what the builder of a shard tells its copy last: it is complete, or it failed
 
+
+def _copy_shard(local: str, grown: SimpleQueue, sizes: Sequence[int], folder: str, k: int) -> None:
+    """Copy shard `k` onto the volume while it is built, then its files' offsets, then give it its name.
+
+    The shard is copied front to back as its row groups are written, so
+    that the copy of the last shard overlaps reading too; it gets its name
+    only after its offsets have theirs: a shard that is there always has them.
+    """
+    target = os.path.join(folder, shard_name(k))
+    tmp = _stream_onto_volume(local, grown, target)
+    if tmp is None:  # building it failed: that error is raised where it happened
+        return
     offsets_file = f"{local}.offsets"
     np.asarray(_offsets(local, sizes), dtype="<i8").tofile(offsets_file)
     _copy_onto_volume(offsets_file, os.path.join(folder, offsets_name(k)))
-    _copy_onto_volume(local, os.path.join(folder, shard_name(k)))
+    _publish_shard(tmp, target)
+    os.unlink(local)
+
+
+def _stream_onto_volume(local: str, grown: SimpleQueue, target: str) -> str | None:
+    """Copy `local`, which is being written, onto the volume front to back under a hidden name, as it grows.
+
+    `grown` says how far `local` is written, then `_WHOLE` once it is
+    complete (or `_ABANDONED`). Returns the hidden name once the copy is
+    whole, None if abandoned (the partial copy is removed). The hidden name
+    is unique to this run: a copy killed midway is never taken for a shard,
+    nor written into by the next run.
+    """
+    end = grown.get()
+    if end == _ABANDONED:
+        return None
+    folder, name = os.path.split(target)
+    tmp = os.path.join(folder, f".{name}.{secrets.token_hex(4)}.part")
+    with open(local, "rb", buffering=0) as src, open(tmp, "wb", buffering=0) as out:
+        copied = 0
+        while True:
+            if end == _ABANDONED:
+                out.close()
+                os.unlink(tmp)
+                return None
+            stop = os.fstat(src.fileno()).st_size if end == _WHOLE else end
+            while copied < stop:  # inside the kernel: no Python buffer
+                n = os.sendfile(out.fileno(), src.fileno(), copied, stop - copied)
+                if not n:
+                    raise OSError(f"{local} ended at {copied} bytes while being copied onto the volume")
+                copied += n
+            if end == _WHOLE:
+                return tmp
+            end = grown.get()
+
+
+def _publish_shard(tmp: str, target: str) -> None:
+    os.replace(tmp, target)
 
 
 def _copy_onto_volume(local: str, target: str) -> None:

@@ -236,6 +236,28 @@ def test_a_pack_killed_at_any_point_resumes_where_it_stopped(volume, kill_at):
     assert dict(read(volume.path("packed"))) == loose
 
 
+def test_a_file_that_stays_unreadable_fails_the_pack_and_leaves_no_partial_shard(volume, monkeypatch):
+    from air_core import FetchError
+
+    pack_module = sys.modules["air_core.pack"]
+    loose = loose_files(volume)
+    read_into = pack_module._read_into
+
+    def failing(source, volume_path, mtime_ns, view):
+        if volume_path.endswith("f00040.bin"):  # in the second shard, copied onto the volume as it is built
+            raise FetchError(5, f"cannot read {volume_path}")
+        read_into(source, volume_path, mtime_ns, view)
+
+    monkeypatch.setattr(pack_module, "_read_into", failing)
+    with pytest.raises(FetchError, match="f00040.bin"):
+        pack(volume.path("d"), volume.path("packed"), shard_size=SHARD, row_group_size=SHARD // 4)
+    left = sorted(p.name for p in volume.local("packed").rglob("*") if p.is_file())
+    assert left == [".part-00000.offsets", "part-00000.parquet"]  # the first shard, whole; nothing of the second
+    monkeypatch.setattr(pack_module, "_read_into", read_into)
+    again = pack(volume.path("d"), volume.path("packed"), shard_size=SHARD, row_group_size=SHARD // 4)
+    assert again.written == len(again.shards) - 1 and dict(read(volume.path("packed"))) == loose
+
+
 @pytest.mark.slow
 def test_packing_passes_under_object_storage_semantics(volume, slowvol_so, tmp_path):
     loose = loose_files(volume)
