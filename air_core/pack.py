@@ -224,12 +224,16 @@ def _write_shards(manifest: Manifest, shards: list[list[tuple[int, int]]], todo:
 
     def read(j: int) -> None:
         """Read the j-th file to pack into its row group's buffer, at its place there."""
-        i, size = int(positions[j]), int(sizes[positions[j]])
-        into = buffers.get(int(group_of[j]))
+        i, size, g = int(positions[j]), int(sizes[positions[j]]), int(group_of[j])
+        into = buffers.get(g)
         if into is None:  # a spare read (see ordered_map's hedging) of a row group already written
             return
-        view, rel = memoryview(into)[int(at[j]):int(at[j]) + size], paths[i]
-        retrying(lambda: _read_into(f"{local_root}/{rel}", f"{root}/{rel}", int(mtimes[i]), view), f"{root}/{rel}")
+        try:
+            view, rel = memoryview(into)[int(at[j]):int(at[j]) + size], paths[i]
+            retrying(lambda: _read_into(f"{local_root}/{rel}", f"{root}/{rel}", int(mtimes[i]), view),
+                     f"{root}/{rel}")
+        finally:
+            buffers.release(g)
 
     total = int(sizes[positions].sum())
     done = ordered_map(read, ((j, int(sizes[positions[j]])) for j in range(len(positions))), threads=threads,
@@ -252,9 +256,10 @@ def _write_shards(manifest: Manifest, shards: list[list[tuple[int, int]]], todo:
                             for _ in range(a, b):
                                 next(done)
                             data = buffers.take(g)
-                            g += 1
                             writer.write_table(_rows(manifest, a, b, data, schema), row_group_size=b - a)
                             grown.put(os.path.getsize(local))  # the row group is on disk now
+                            buffers.written(g, data)
+                            g += 1
                             bar.update(len(data))
                     end = _WHOLE
                 finally:
@@ -272,27 +277,60 @@ class _Buffers:
 
     A row group's buffer is made by the first read into it, and taken by
     the writer once all its files are in; a read of it after that (a spare
-    read, hedging one that was slow) is told so, and reads nothing.
+    read, hedging one that was slow) is told so, and reads nothing. Once
+    its row group is written, a buffer holds another one: new memory costs
+    a page fault and the kernel zeroing each page, about a tenth of
+    packing's work. A buffer that a spare read may still write into is
+    left to that read instead.
     """
 
-    def __init__(self, sizes: list[int]) -> None:
-        self._sizes, self._made, self._taken = sizes, {}, 0
+    def __init__(self, sizes: list[int], keep: int = 4) -> None:
+        self._sizes, self._keep = sizes, keep
+        self._made: dict[int, np.ndarray] = {}
+        self._busy: dict[int, int] = {}  # row group -> reads writing into its buffer now
+        self._free: list[np.ndarray] = []
+        self._taken = 0
+        # Row groups are cut about equal: most fit a buffer made for any other, with a little to spare.
+        self._least = int(sorted(sizes)[len(sizes) * 9 // 10] * 1.05) if sizes else 0
         self._lock = threading.Lock()
 
     def get(self, g: int) -> np.ndarray | None:
+        """Row group `g`'s buffer to read into, None once it is taken; `release(g)` when done with it."""
         with self._lock:
             if g < self._taken:
                 return None
             made = self._made.get(g)
             if made is None:
-                made = self._made[g] = np.empty(self._sizes[g], dtype=np.uint8)  # not zeroed: all read over
+                made = self._made[g] = self._new(self._sizes[g])
+            self._busy[g] = self._busy.get(g, 0) + 1
             return made
 
+    def release(self, g: int) -> None:
+        with self._lock:
+            self._busy[g] -= 1
+            if not self._busy[g]:
+                del self._busy[g]
+
     def take(self, g: int) -> np.ndarray:
+        """Row group `g`'s buffer, all its files read into it."""
         with self._lock:
             self._taken = g + 1
             made = self._made.pop(g, None)
-            return np.empty(0, dtype=np.uint8) if made is None else made
+            return self._new(0) if made is None else made
+
+    def written(self, g: int, buffer: np.ndarray) -> None:
+        """Row group `g` is written: its buffer may hold another one."""
+        with self._lock:
+            if g not in self._busy and len(self._free) < self._keep:
+                self._free.append(buffer if buffer.base is None else buffer.base)
+
+    def _new(self, size: int) -> np.ndarray:
+        fits = [k for k, b in enumerate(self._free) if len(b) >= size]
+        if fits:
+            whole = self._free.pop(min(fits, key=lambda k: len(self._free[k])))
+        else:
+            whole = np.empty(max(size, self._least), dtype=np.uint8)  # not zeroed: all read over
+        return whole[:size]
 
 
 def _read_into(source: str, volume_path: str, mtime_ns: int, view: memoryview) -> None:

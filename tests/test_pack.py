@@ -148,13 +148,30 @@ def test_files_are_read_into_their_row_groups_buffer_and_a_late_spare_read_reads
     from air_core import FetchError
     from air_core.pack import _Buffers, _read_into
 
-    buffers = _Buffers([6, 0])
+    buffers = _Buffers([6, 0, 5, 6, 6, 4])
+
+    def write(g):  # all reads of row group g done: the writer takes its buffer, then is done with it
+        data = buffers.take(g)
+        buffers.written(g, data)
+        return data.base
+
     into = buffers.get(0)
-    assert buffers.get(0) is into and len(into) == 6
+    assert buffers.get(0) is into and len(into) == 6  # one buffer for all reads of its row group
     p = volume.write("x/a.bin", b"abcdef")
     _read_into(str(p), "a.bin", p.stat().st_mtime_ns, memoryview(into)[:6])
+    buffers.release(0)
+    buffers.release(0)
     assert bytes(buffers.take(0)) == b"abcdef" and len(buffers.take(1)) == 0
     assert buffers.get(0) is None  # taken: a spare read that comes after has nothing to write into
+    buffers.written(0, into)
+    reused = buffers.get(2)
+    assert len(reused) == 5 and reused.base is into.base  # a written row group's buffer holds a later one
+    buffers.release(2)
+    spare = buffers.get(3)  # a spare read, still writing when its row group is written
+    assert write(3) is spare.base and buffers.get(4).base is not spare.base  # its buffer is left to it
+    buffers.release(4)
+    free = {id(write(2)), id(write(4))}
+    assert id(buffers.get(5).base) in free  # the smallest free buffer that fits
     with pytest.raises(FetchError, match="changed after it was listed"):
         _read_into(str(p), "a.bin", p.stat().st_mtime_ns, memoryview(bytearray(5)))
     with pytest.raises(FetchError, match="changed after it was listed"):
