@@ -28,6 +28,7 @@ node cache copies a large file by, and `export_delta`'s row group size.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import os
 import secrets
@@ -37,7 +38,7 @@ import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from queue import SimpleQueue
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Iterator, Sequence
 
 import numpy as np
 from tqdm import tqdm
@@ -217,27 +218,30 @@ def _write_shards(manifest: Manifest, shards: list[list[tuple[int, int]]], todo:
     schema = _schema(labels, pa.binary() if largest_group <= _BINARY_MAX else pa.large_binary())
 
     groups = [(a, b) for k in todo for a, b in shards[k]]
-    positions = np.concatenate([np.arange(a, b) for a, b in groups] or [np.zeros(0, dtype=np.int64)])
-    group_of = np.repeat(np.arange(len(groups)), [b - a for a, b in groups])  # the row group each one is in
-    at = np.concatenate([np.cumsum(sizes[a:b]) - sizes[a:b] for a, b in groups] or [positions])  # where in it
     buffers = _Buffers([int(sizes[a:b].sum()) for a, b in groups])
 
-    def read(j: int) -> None:
-        """Read the j-th file to pack into its row group's buffer, at its place there."""
-        i, size, g = int(positions[j]), int(sizes[positions[j]]), int(group_of[j])
+    def files() -> Iterator[tuple[tuple[int, int, int, int], int]]:
+        """(listing position, row group, where in its buffer, size) of each file to pack, and its size."""
+        for g, (a, b) in enumerate(groups):
+            group_sizes = sizes[a:b].tolist()
+            starts = itertools.accumulate(group_sizes, initial=0)
+            for i, at, size in zip(range(a, b), starts, group_sizes):
+                yield (i, g, at, size), size
+
+    def read(file: tuple[int, int, int, int]) -> None:
+        """Read a file to pack into its row group's buffer, at its place there."""
+        i, g, at, size = file
         into = buffers.get(g)
         if into is None:  # a spare read (see ordered_map's hedging) of a row group already written
             return
         try:
-            view, rel = memoryview(into)[int(at[j]):int(at[j]) + size], paths[i]
-            retrying(lambda: _read_into(f"{local_root}/{rel}", f"{root}/{rel}", int(mtimes[i]), view),
-                     f"{root}/{rel}")
+            view, rel, mtime = memoryview(into)[at:at + size], paths[i], int(mtimes[i])
+            retrying(lambda: _read_into(f"{local_root}/{rel}", f"{root}/{rel}", mtime, view), f"{root}/{rel}")
         finally:
             buffers.release(g)
 
-    total = int(sizes[positions].sum())
-    done = ordered_map(read, ((j, int(sizes[positions[j]])) for j in range(len(positions))), threads=threads,
-                       max_ahead=4 * threads, max_bytes=_READ_AHEAD_BYTES)
+    total = sum(buffers.sizes)
+    done = ordered_map(read, files(), threads=threads, max_ahead=4 * threads, max_bytes=_READ_AHEAD_BYTES)
     stage = tempfile.mkdtemp(prefix="air-pack-")
     copies: list[Future] = []
     g = 0
@@ -285,7 +289,7 @@ class _Buffers:
     """
 
     def __init__(self, sizes: list[int], keep: int = 4) -> None:
-        self._sizes, self._keep = sizes, keep
+        self.sizes, self._keep = sizes, keep
         self._made: dict[int, np.ndarray] = {}
         self._busy: dict[int, int] = {}  # row group -> reads writing into its buffer now
         self._free: list[np.ndarray] = []
@@ -301,7 +305,7 @@ class _Buffers:
                 return None
             made = self._made.get(g)
             if made is None:
-                made = self._made[g] = self._new(self._sizes[g])
+                made = self._made[g] = self._new(self.sizes[g])
             self._busy[g] = self._busy.get(g, 0) + 1
             return made
 
