@@ -27,6 +27,7 @@ node cache copies a large file by, and `export_delta`'s row group size.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import itertools
 import json
@@ -559,14 +560,24 @@ def _stream_onto_volume(local: str, grown: SimpleQueue, target: str) -> str | No
                 os.unlink(tmp)
                 return None
             stop = os.fstat(src.fileno()).st_size if end == _WHOLE else end
-            while copied < stop:  # inside the kernel: no Python buffer
-                n = os.sendfile(out.fileno(), src.fileno(), copied, stop - copied)
+            while copied < stop:
+                n = _send(src.fileno(), out, copied, stop - copied)
                 if not n:
                     raise OSError(f"{local} ended at {copied} bytes while being copied onto the volume")
                 copied += n
             if end == _WHOLE:
                 return tmp
             end = grown.get()
+
+
+def _send(src: int, out, at: int, n: int) -> int:
+    """Copy up to `n` bytes of `src` from `at` on to the end of `out`: inside the kernel where it can (sendfile)."""
+    try:
+        return os.sendfile(out.fileno(), src, at, n)
+    except OSError as e:
+        if e.errno not in (errno.EINVAL, errno.ENOSYS, errno.ENOTSOCK, errno.EOPNOTSUPP):
+            raise
+    return out.write(os.pread(src, min(n, 16 << 20), at))  # where sendfile copies only to sockets (macOS)
 
 
 def _publish_shard(tmp: str, target: str) -> None:

@@ -275,6 +275,19 @@ def test_a_file_that_stays_unreadable_fails_the_pack_and_leaves_no_partial_shard
     assert again.written == len(again.shards) - 1 and dict(read(volume.path("packed"))) == loose
 
 
+def test_shards_are_copied_onto_the_volume_where_sendfile_copies_only_to_sockets(volume, monkeypatch):
+    import errno
+
+    def sendfile(*args):
+        raise OSError(errno.ENOTSOCK, "Socket operation on non-socket")  # macOS, for a file
+
+    loose = loose_files(volume)
+    with monkeypatch.context() as m:
+        m.setattr(os, "sendfile", sendfile)
+        pack(volume.path("d"), volume.path("packed"), shard_size=SHARD, row_group_size=SHARD // 4)
+    assert dict(read(volume.path("packed"))) == loose
+
+
 @pytest.mark.slow
 def test_packing_passes_under_object_storage_semantics(volume, slowvol_so, tmp_path):
     loose = loose_files(volume)
