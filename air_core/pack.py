@@ -3,11 +3,12 @@
 Every open on a volume is a network round trip, so small files are read at
 (reads in flight / latency) files per second whatever the bandwidth; a shard
 of 1 GiB is read at bandwidth speed. `pack` reads the files through the core
-(concurrent reads, retried), writes each shard on local disk, then copies it
-onto the volume in one sequential pass under a hidden name and renames it
+(concurrent reads, retried), writes each shard on local disk, and copies it
+onto the volume in one sequential pass under a hidden name, then renames it
 into place: the volume sees only whole files written front to back and file
 renames, which object storage offers (no links, locks, folder renames,
-appends or seeks). A shard is copied while the next one is built.
+appends or seeks). The copy follows the local shard as its row groups are
+written, so that copying overlaps reading, the last shard's copy included.
 
 Each packed file is one row: `path` (relative to the source folder), `size`,
 `mtime` (nanoseconds since the epoch), `bytes`, and `label` (the parent
@@ -26,22 +27,26 @@ node cache copies a large file by, and `export_delta`'s row group size.
 
 from __future__ import annotations
 
+import errno
 import hashlib
+import itertools
 import json
 import os
 import secrets
 import shutil
 import tempfile
+import threading
 from concurrent.futures import Future, ThreadPoolExecutor
+from queue import SimpleQueue
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Iterator, Sequence
 
+import numpy as np
 from tqdm import tqdm
 
 from . import options, volume
-from .cache import read_bytes
 from .delta.publication import _node_lock
-from .errors import VolumePathError
+from .errors import FetchError, VolumePathError
 from .fetch import ordered_map, retrying
 from .listing import list_folder
 from .manifest import Manifest
@@ -57,6 +62,9 @@ DEFAULT_ROW_GROUP_SIZE = 16 << 20
 DEFAULT_THREADS = 64
 _READ_AHEAD_BYTES = 256 << 20
 _BINARY_MAX = 2**31 - 1
+# `bytes` uncompressed and without a dictionary: each file is stored whole, where `_offsets` finds it.
+_WRITER_OPTIONS = dict(compression={"bytes": "none"}, use_dictionary=["label"],
+                       write_statistics=["path", "size", "mtime", "label"])
 
 
 @dataclass(frozen=True)
@@ -202,7 +210,7 @@ def _result(d: volume.VolumePath, name: str, manifest: Manifest, *, written: int
 
 def _write_shards(manifest: Manifest, shards: list[list[tuple[int, int]]], todo: list[int], folder: str, *,
                   labels: bool, threads: int, progress: bool) -> None:
-    """Build each shard in `todo` on local disk and copy it onto the volume while the next one is built."""
+    """Build each shard in `todo` on local disk and copy it onto the volume as it is built."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -211,39 +219,141 @@ def _write_shards(manifest: Manifest, shards: list[list[tuple[int, int]]], todo:
     largest_group = max((int(sizes[a:b].sum()) for groups in shards for a, b in groups), default=0)
     schema = _schema(labels, pa.binary() if largest_group <= _BINARY_MAX else pa.large_binary())
 
-    def read(i: int) -> bytes:
-        rel = paths[i]
-        return retrying(lambda: read_bytes(f"{local_root}/{rel}", f"{root}/{rel}", int(sizes[i]), int(mtimes[i])),
-                        f"{root}/{rel}")
+    groups = [(a, b) for k in todo for a, b in shards[k]]
+    buffers = _Buffers([int(sizes[a:b].sum()) for a, b in groups])
 
-    positions = [i for k in todo for a, b in shards[k] for i in range(a, b)]
-    total = int(sizes[positions].sum()) if positions else 0
-    contents = ordered_map(read, ((i, int(sizes[i])) for i in positions), threads=threads, max_ahead=4 * threads,
-                           max_bytes=_READ_AHEAD_BYTES)
+    def files() -> Iterator[tuple[tuple[int, int, int, int], int]]:
+        """(listing position, row group, where in its buffer, size) of each file to pack, and its size."""
+        for g, (a, b) in enumerate(groups):
+            group_sizes = sizes[a:b].tolist()
+            starts = itertools.accumulate(group_sizes, initial=0)
+            for i, at, size in zip(range(a, b), starts, group_sizes):
+                yield (i, g, at, size), size
+
+    def read(file: tuple[int, int, int, int]) -> None:
+        """Read a file to pack into its row group's buffer, at its place there."""
+        i, g, at, size = file
+        into = buffers.get(g)
+        if into is None:  # a spare read (see ordered_map's hedging) of a row group already written
+            return
+        try:
+            view, rel, mtime = memoryview(into)[at:at + size], paths[i], int(mtimes[i])
+            retrying(lambda: _read_into(f"{local_root}/{rel}", f"{root}/{rel}", mtime, view), f"{root}/{rel}")
+        finally:
+            buffers.release(g)
+
+    total = sum(buffers.sizes)
+    done = ordered_map(read, files(), threads=threads, max_ahead=4 * threads, max_bytes=_READ_AHEAD_BYTES)
     stage = tempfile.mkdtemp(prefix="air-pack-")
     copies: list[Future] = []
+    g = 0
     try:
         with ThreadPoolExecutor(1, thread_name_prefix="air-pack-copy") as copier, \
                 tqdm(total=total, unit="B", unit_scale=True, desc="pack", disable=not progress) as bar:
             for k in todo:
                 local = os.path.join(stage, shard_name(k))
-                offsets: list[int] = []
-                with pq.ParquetWriter(local, schema, compression={"bytes": "none"}, use_dictionary=["label"],
-                                      write_statistics=["path", "size", "mtime", "label"]) as writer, \
-                        open(local, "rb", buffering=0) as written:
-                    for a, b in shards[k]:
-                        blobs = [next(contents) for _ in range(a, b)]
-                        start = os.fstat(written.fileno()).st_size
-                        writer.write_table(_rows(manifest, a, b, blobs, schema))  # the row group is on disk now
-                        offsets += _locate(blobs, written, start)
-                        bar.update(sum(map(len, blobs)))
-                copies.append(copier.submit(_copy_shard, local, offsets, folder, k))
+                first, last = shards[k][0][0], shards[k][-1][1]
+                grown: SimpleQueue = SimpleQueue()  # how far the local shard is written: the copy follows it
+                copies.append(copier.submit(_copy_shard, local, grown, sizes[first:last], folder, k))
+                end = _ABANDONED
+                try:
+                    with pq.ParquetWriter(local, schema, **_WRITER_OPTIONS) as writer:
+                        for a, b in shards[k]:
+                            for _ in range(a, b):
+                                next(done)
+                            data = buffers.take(g)
+                            writer.write_table(_rows(manifest, a, b, data, schema), row_group_size=b - a)
+                            grown.put(os.path.getsize(local))  # the row group is on disk now
+                            buffers.written(g, data)
+                            g += 1
+                            bar.update(len(data))
+                    end = _WHOLE
+                finally:
+                    grown.put(end)
                 while len(copies) > 1:  # at most one shard copying while the next one is built
                     copies.pop(0).result()
             for c in copies:
                 c.result()
     finally:
         shutil.rmtree(stage, ignore_errors=True)
+
+
+class _Buffers:
+    """Each row group's files, read side by side into one buffer, which becomes its `bytes` column as is.
+
+    A row group's buffer is made by the first read into it, and taken by
+    the writer once all its files are in; a read of it after that (a spare
+    read, hedging one that was slow) is told so, and reads nothing. Once
+    its row group is written, a buffer holds another one: new memory costs
+    a page fault and the kernel zeroing each page, about a tenth of
+    packing's work. A buffer that a spare read may still write into is
+    left to that read instead.
+    """
+
+    def __init__(self, sizes: list[int], keep: int = 4) -> None:
+        self.sizes, self._keep = sizes, keep
+        self._made: dict[int, np.ndarray] = {}
+        self._busy: dict[int, int] = {}  # row group -> reads writing into its buffer now
+        self._free: list[np.ndarray] = []
+        self._taken = 0
+        # Row groups are cut about equal: most fit a buffer made for any other, with a little to spare.
+        self._least = int(sorted(sizes)[len(sizes) * 9 // 10] * 1.05) if sizes else 0
+        self._lock = threading.Lock()
+
+    def get(self, g: int) -> np.ndarray | None:
+        """Row group `g`'s buffer to read into, None once it is taken; `release(g)` when done with it."""
+        with self._lock:
+            if g < self._taken:
+                return None
+            made = self._made.get(g)
+            if made is None:
+                made = self._made[g] = self._new(self.sizes[g])
+            self._busy[g] = self._busy.get(g, 0) + 1
+            return made
+
+    def release(self, g: int) -> None:
+        with self._lock:
+            self._busy[g] -= 1
+            if not self._busy[g]:
+                del self._busy[g]
+
+    def take(self, g: int) -> np.ndarray:
+        """Row group `g`'s buffer, all its files read into it."""
+        with self._lock:
+            self._taken = g + 1
+            made = self._made.pop(g, None)
+            return self._new(0) if made is None else made
+
+    def written(self, g: int, buffer: np.ndarray) -> None:
+        """Row group `g` is written: its buffer may hold another one."""
+        with self._lock:
+            if g not in self._busy and len(self._free) < self._keep:
+                self._free.append(buffer if buffer.base is None else buffer.base)
+
+    def _new(self, size: int) -> np.ndarray:
+        fits = [k for k, b in enumerate(self._free) if len(b) >= size]
+        if fits:
+            whole = self._free.pop(min(fits, key=lambda k: len(self._free[k])))
+        else:
+            whole = np.empty(max(size, self._least), dtype=np.uint8)  # not zeroed: all read over
+        return whole[:size]
+
+
+def _read_into(source: str, volume_path: str, mtime_ns: int, view: memoryview) -> None:
+    """Read `source` whole into `view`, checking it is the listed version (its size is the view's)."""
+    fd = os.open(source, os.O_RDONLY)
+    try:
+        st = os.fstat(fd)
+        if st.st_size != len(view) or st.st_mtime_ns != mtime_ns:
+            raise FetchError(0, f"{volume_path} changed after it was listed (size {len(view)} -> {st.st_size}); "
+                                "pack again to pack the new version")
+        n = 0
+        while n < len(view) and (got := os.readv(fd, [view[n:]])):
+            n += got
+    finally:
+        os.close(fd)
+    if n != len(view):
+        raise FetchError(0, f"{volume_path} changed while being read ({n} of {len(view)} bytes)")
 
 
 def _schema(labels: bool, binary: pa.DataType) -> pa.Schema:
@@ -254,50 +364,225 @@ def _schema(labels: bool, binary: pa.DataType) -> pa.Schema:
     return pa.schema(fields + ([pa.field("label", pa.string())] if labels else []))
 
 
-def _rows(manifest: Manifest, a: int, b: int, blobs: list[bytes], schema: pa.Schema) -> pa.Table:
+def _rows(manifest: Manifest, a: int, b: int, data: np.ndarray, schema: pa.Schema) -> pa.Table:
+    """Rows `a` to `b` of the listing, whose files lie side by side in `data`: it is their column, not a copy."""
     import pyarrow as pa
 
-    paths = manifest.paths[a:b]
-    cols = {"path": paths, "size": manifest.sizes[a:b], "mtime": manifest.mtimes[a:b], "bytes": blobs}
+    paths, sizes = manifest.paths[a:b], manifest.sizes[a:b]
+    binary = schema.field("bytes").type
+    ends = np.zeros(b - a + 1, dtype=np.int64 if binary == pa.large_binary() else np.int32)
+    np.cumsum(sizes, out=ends[1:])
+    contents = pa.Array.from_buffers(binary, b - a, [None, pa.py_buffer(ends), pa.py_buffer(data)])
+    cols = {"path": paths, "size": sizes, "mtime": manifest.mtimes[a:b], "bytes": contents}
     if "label" in schema.names:
         cols["label"] = [p.rsplit("/", 2)[-2] for p in paths]
     return pa.Table.from_pydict(cols, schema=schema)
 
 
-def _locate(blobs: list[bytes], written, start: int) -> list[int]:
-    """Where each of `blobs` sits in the shard: the row group just written from `start` on.
+def _offsets(shard: str, sizes: Sequence[int]) -> list[int]:
+    """Where each packed file's bytes start in the local `shard`, from its footer and page headers.
 
-    Uncompressed, without a dictionary, Parquet stores each value whole,
-    after its length as 4 bytes, in order, with a page header between pages.
-    So each value is the first place past the previous one where its length
-    and then itself are found. Readers of a stream then read a file with one
-    `pread` from the cached shard, as they read a loose file, instead of
-    decoding its row group.
+    Uncompressed, PLAIN, without a dictionary, Parquet stores each value
+    whole, after its length as 4 bytes, in order; a page header (and the
+    page's definition levels) comes between pages. So walking the `bytes`
+    column chunks page by page, reading only each page's header, places
+    every value: `sizes` (the files' sizes, in row order) tell where one ends
+    and the next begins. Each page must hold exactly its values, the first
+    one after its length, and the pages exactly the files: anything else
+    (another writer, other options) is refused rather than recorded wrong.
+    Readers of a stream then read a file with one `pread` from the cached
+    shard, as they read a loose file, instead of decoding its row group.
     """
-    region = os.pread(written.fileno(), os.fstat(written.fileno()).st_size - start, start)
-    out, at = [], 0
-    for blob in blobs:
-        # Short, so finding it scans at most a page header; its tail is checked too (a whole compare
-        # would cost another pass over the data, and nothing but the value itself fits both ends).
-        head, tail = len(blob).to_bytes(4, "little") + blob[:12], blob[-12:]
-        found = region.find(head, at)
-        while found >= 0 and not region.startswith(tail, found + 4 + len(blob) - len(tail)):
-            found = region.find(head, found + 1)
-        if found < 0:
-            raise AssertionError("a packed file was not stored whole in its shard")  # see the writer's options
-        out.append(start + found + 4)
-        at = found + 4 + len(blob)
+    import pyarrow.parquet as pq
+
+    md = pq.read_metadata(shard)
+    column = md.schema.names.index("bytes")
+    out: list[int] = []
+    with open(shard, "rb", buffering=0) as f:
+        fd = f.fileno()
+        for g in range(md.num_row_groups):
+            chunk = md.row_group(g).column(column)
+            if chunk.compression != "UNCOMPRESSED" or chunk.has_dictionary_page:
+                raise AssertionError(f"{shard}: the packed files are not stored whole")  # see _WRITER_OPTIONS
+            at, end = chunk.data_page_offset, chunk.data_page_offset + chunk.total_compressed_size
+            while at < end:
+                values, stop, count = _page_values(fd, at)
+                first = len(out)
+                if count and (first + count > len(sizes) or
+                              int.from_bytes(os.pread(fd, 4, values), "little") != sizes[first]):
+                    raise AssertionError(f"{shard}: a page of packed files is not laid out as expected")
+                for size in sizes[first:first + count]:
+                    out.append(values + 4)
+                    values += 4 + int(size)
+                if values != stop:
+                    raise AssertionError(f"{shard}: a page of packed files is not laid out as expected")
+                at = stop
+    if len(out) != len(sizes):
+        raise AssertionError(f"{shard} holds {len(out)} packed files, not {len(sizes)}")
     return out
 
 
-def _copy_shard(local: str, offsets: list[int], folder: str, k: int) -> None:
-    """Copy shard `k` onto the volume after its files' offsets: a shard that is there always has them."""
-    import numpy as np
+_DATA_PAGE, _DATA_PAGE_V2, _PLAIN = 0, 3, 0
 
+
+def _page_values(fd: int, at: int) -> tuple[int, int, int]:
+    """(where its values start, where it ends, how many) of the data page whose header is at `at`.
+
+    Reads the page header (Thrift compact protocol, as the Parquet format
+    defines it) and, for a version 1 page, the length of its definition
+    levels (`bytes` is a nullable column), which precede the values.
+    """
+    head = os.pread(fd, 1024, at)
+    try:
+        header, size = _thrift_struct(head, 0)
+    except IndexError:  # a longer header (page statistics): read as much as any writer puts there
+        head = os.pread(fd, 16 << 20, at)
+        header, size = _thrift_struct(head, 0)
+    body, stop = at + size, at + size + header[3]
+    if header[1] == _DATA_PAGE and header[5][2] == _PLAIN:  # DataPageHeader: num_values, encoding, ...
+        levels = int.from_bytes(os.pread(fd, 4, body), "little")  # definition levels, after their length
+        return body + 4 + levels, stop, header[5][1]
+    if header[1] == _DATA_PAGE_V2 and header[8][4] == _PLAIN and not header[8][2]:  # ..., num_nulls, ...
+        v2 = header[8]
+        return body + v2[5] + v2.get(6, 0), stop, v2[1]  # after the definition and repetition levels
+    raise AssertionError(f"a page of packed files that is not a PLAIN data page: {header}")
+
+
+def _thrift_struct(buf: bytes, pos: int) -> tuple[dict, int]:
+    """A struct in Thrift's compact protocol at `buf[pos:]`: ({field id: value}, where it ends).
+
+    Integers and nested structs are decoded; other values are skipped over.
+    """
+    fields: dict = {}
+    field = 0
+    while True:
+        byte = buf[pos]
+        pos += 1
+        if not byte:
+            return fields, pos
+        kind = byte & 0x0F
+        if byte >> 4:
+            field += byte >> 4
+        else:
+            field, pos = _zigzag(buf, pos)
+        fields[field], pos = _thrift_value(buf, pos, kind)
+
+
+def _thrift_value(buf: bytes, pos: int, kind: int) -> tuple[object, int]:
+    if kind in (1, 2):  # a boolean field carries its value in its type
+        return kind == 1, pos
+    if kind == 3:
+        return buf[pos], pos + 1
+    if kind in (4, 5, 6):
+        return _zigzag(buf, pos)
+    if kind == 7:
+        return None, pos + 8
+    if kind == 8:
+        n, pos = _varint(buf, pos)
+        return None, pos + n
+    if kind in (9, 10):  # list, set
+        n, elem = buf[pos] >> 4, buf[pos] & 0x0F
+        pos += 1
+        if n == 15:
+            n, pos = _varint(buf, pos)
+        for _ in range(n):
+            _, pos = (None, pos + 1) if elem in (1, 2) else _thrift_value(buf, pos, elem)  # a boolean: a byte
+        return None, pos
+    if kind == 11:  # map
+        n, pos = _varint(buf, pos)
+        if n:
+            key, value = buf[pos] >> 4, buf[pos] & 0x0F
+            pos += 1
+            for _ in range(n):
+                _, pos = _thrift_value(buf, pos, key)
+                _, pos = _thrift_value(buf, pos, value)
+        return None, pos
+    if kind == 12:
+        return _thrift_struct(buf, pos)
+    raise ValueError(f"Thrift compact type {kind}")
+
+
+def _varint(buf: bytes, pos: int) -> tuple[int, int]:
+    out = shift = 0
+    while True:
+        byte = buf[pos]
+        pos += 1
+        out |= (byte & 0x7F) << shift
+        shift += 7
+        if byte < 0x80:
+            return out, pos
+
+
+def _zigzag(buf: bytes, pos: int) -> tuple[int, int]:
+    n, pos = _varint(buf, pos)
+    return (n >> 1) ^ -(n & 1), pos
+
+
+_WHOLE, _ABANDONED = -1, -2  # what the builder of a shard tells its copy last: it is complete, or it failed
+
+
+def _copy_shard(local: str, grown: SimpleQueue, sizes: Sequence[int], folder: str, k: int) -> None:
+    """Copy shard `k` onto the volume while it is built, then its files' offsets, then give it its name.
+
+    The shard is copied front to back as its row groups are written, so
+    that the copy of the last shard overlaps reading too; it gets its name
+    only after its offsets have theirs: a shard that is there always has them.
+    """
+    target = os.path.join(folder, shard_name(k))
+    tmp = _stream_onto_volume(local, grown, target)
+    if tmp is None:  # building it failed: that error is raised where it happened
+        return
     offsets_file = f"{local}.offsets"
-    np.asarray(offsets, dtype="<i8").tofile(offsets_file)
+    np.asarray(_offsets(local, sizes), dtype="<i8").tofile(offsets_file)
     _copy_onto_volume(offsets_file, os.path.join(folder, offsets_name(k)))
-    _copy_onto_volume(local, os.path.join(folder, shard_name(k)))
+    _publish_shard(tmp, target)
+    os.unlink(local)
+
+
+def _stream_onto_volume(local: str, grown: SimpleQueue, target: str) -> str | None:
+    """Copy `local`, which is being written, onto the volume front to back under a hidden name, as it grows.
+
+    `grown` says how far `local` is written, then `_WHOLE` once it is
+    complete (or `_ABANDONED`). Returns the hidden name once the copy is
+    whole, None if abandoned (the partial copy is removed). The hidden name
+    is unique to this run: a copy killed midway is never taken for a shard,
+    nor written into by the next run.
+    """
+    end = grown.get()
+    if end == _ABANDONED:
+        return None
+    folder, name = os.path.split(target)
+    tmp = os.path.join(folder, f".{name}.{secrets.token_hex(4)}.part")
+    with open(local, "rb", buffering=0) as src, open(tmp, "wb", buffering=0) as out:
+        copied = 0
+        while True:
+            if end == _ABANDONED:
+                out.close()
+                os.unlink(tmp)
+                return None
+            stop = os.fstat(src.fileno()).st_size if end == _WHOLE else end
+            while copied < stop:
+                n = _send(src.fileno(), out, copied, stop - copied)
+                if not n:
+                    raise OSError(f"{local} ended at {copied} bytes while being copied onto the volume")
+                copied += n
+            if end == _WHOLE:
+                return tmp
+            end = grown.get()
+
+
+def _send(src: int, out, at: int, n: int) -> int:
+    """Copy up to `n` bytes of `src` from `at` on to the end of `out`: inside the kernel where it can (sendfile)."""
+    try:
+        return os.sendfile(out.fileno(), src, at, n)
+    except OSError as e:
+        if e.errno not in (errno.EINVAL, errno.ENOSYS, errno.ENOTSOCK, errno.EOPNOTSUPP):
+            raise
+    return out.write(os.pread(src, min(n, 16 << 20), at))  # where sendfile copies only to sockets (macOS)
+
+
+def _publish_shard(tmp: str, target: str) -> None:
+    os.replace(tmp, target)
 
 
 def _copy_onto_volume(local: str, target: str) -> None:

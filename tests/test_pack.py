@@ -94,6 +94,94 @@ def test_a_pack_reads_as_the_loose_files_and_packing_again_writes_nothing(volume
     assert {p: p.stat().st_mtime_ns for p in volume.local("packed").rglob("*")} == stamp
 
 
+ODD_SIZES = [0, 1, 5, 0, 3 << 20, 70_000, 0, 1_048_573, 12, 2_500_000, 0] + [300 + 97 * i for i in range(40)]
+
+
+def at_their_offsets(shard: bytes, contents: list[bytes], offsets) -> bool:
+    """Each file's bytes sit at its offset, right after their length (where a Parquet value is), in order."""
+    ends = [int(o) + len(c) for o, c in zip(offsets, contents)]
+    return all(shard[o - 4:o] == len(c).to_bytes(4, "little") and shard[o:o + len(c)] == c
+               for o, c in zip(offsets, contents)) and all(e + 4 <= o for e, o in zip(ends, offsets[1:]))
+
+
+@pytest.mark.parametrize("page", [dict(), dict(data_page_size=1000, write_batch_size=1), dict(max_rows_per_page=3),
+                                  dict(data_page_size=1, write_batch_size=2, data_page_version="2.0")])
+def test_offsets_come_from_the_page_headers_for_any_page_layout(tmp_path, page):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from air_core.pack import _WRITER_OPTIONS, _offsets, _schema
+
+    contents = [os.urandom(n) for n in ODD_SIZES]
+    schema = _schema(True, pa.binary())
+    path = tmp_path / "shard.parquet"
+    with pq.ParquetWriter(path, schema, **{**_WRITER_OPTIONS, **page}) as writer:
+        for a, b in [(0, 4), (4, 5), (5, 30), (30, len(contents))]:  # row groups: empty files alone, a large one
+            writer.write_table(pa.table({"path": [f"c/{i}" for i in range(a, b)], "size": ODD_SIZES[a:b],
+                                         "mtime": [0] * (b - a), "bytes": contents[a:b],
+                                         "label": ["c"] * (b - a)}, schema=schema))
+    offsets = _offsets(str(path), ODD_SIZES)
+    assert at_their_offsets(path.read_bytes(), contents, offsets)
+    with pytest.raises(AssertionError):  # sizes other than those stored are refused, never recorded wrong
+        _offsets(str(path), ODD_SIZES[:3] + [ODD_SIZES[3] + 1] + ODD_SIZES[4:])
+
+
+def test_packed_files_of_any_size_are_read_from_their_offsets(volume):
+    import numpy as np
+
+    loose = {volume.path(f"odd/class{i % 2}/f{i:03d}.bin"): os.urandom(n) for i, n in enumerate(ODD_SIZES)}
+    for path, data in loose.items():
+        volume.write(path[len(volume.vol) + 1:], data)
+    r = pack(volume.path("odd"), volume.path("packed"), shard_size=3 << 20, row_group_size=1 << 20)
+    assert len(r.shards) > 1
+    folder = volume.local(r.path[len(volume.vol) + 1:])
+    offsets = np.fromfile(folder / ".offsets", dtype="<i8")
+    shards = [(folder / name).read_bytes() for name in r.shards]
+    import pyarrow.parquet as pq
+
+    names = [n for name in r.shards for n in pq.read_table(folder / name, columns=["path"])["path"].to_pylist()]
+    contents = [loose[volume.path(f"odd/{n}")] for n in names]
+    per_shard = np.cumsum([0] + [pq.read_metadata(folder / name).num_rows for name in r.shards])
+    for k, shard in enumerate(shards):
+        a, b = per_shard[k], per_shard[k + 1]
+        assert at_their_offsets(shard, contents[a:b], offsets[a:b])
+    assert dict(read(volume.path("packed"))) == loose
+
+
+def test_files_are_read_into_their_row_groups_buffer_and_a_late_spare_read_reads_nothing(volume):
+    from air_core import FetchError
+    from air_core.pack import _Buffers, _read_into
+
+    buffers = _Buffers([6, 0, 5, 6, 6, 4])
+
+    def write(g):  # all reads of row group g done: the writer takes its buffer, then is done with it
+        data = buffers.take(g)
+        buffers.written(g, data)
+        return data.base
+
+    into = buffers.get(0)
+    assert buffers.get(0) is into and len(into) == 6  # one buffer for all reads of its row group
+    p = volume.write("x/a.bin", b"abcdef")
+    _read_into(str(p), "a.bin", p.stat().st_mtime_ns, memoryview(into)[:6])
+    buffers.release(0)
+    buffers.release(0)
+    assert bytes(buffers.take(0)) == b"abcdef" and len(buffers.take(1)) == 0
+    assert buffers.get(0) is None  # taken: a spare read that comes after has nothing to write into
+    buffers.written(0, into)
+    reused = buffers.get(2)
+    assert len(reused) == 5 and reused.base is into.base  # a written row group's buffer holds a later one
+    buffers.release(2)
+    spare = buffers.get(3)  # a spare read, still writing when its row group is written
+    assert write(3) is spare.base and buffers.get(4).base is not spare.base  # its buffer is left to it
+    buffers.release(4)
+    free = {id(write(2)), id(write(4))}
+    assert id(buffers.get(5).base) in free  # the smallest free buffer that fits
+    with pytest.raises(FetchError, match="changed after it was listed"):
+        _read_into(str(p), "a.bin", p.stat().st_mtime_ns, memoryview(bytearray(5)))
+    with pytest.raises(FetchError, match="changed after it was listed"):
+        _read_into(str(p), "a.bin", p.stat().st_mtime_ns + 1, memoryview(bytearray(6)))
+
+
 def test_ranks_and_workers_read_each_packed_file_once(volume):
     loose = loose_files(volume)
     pack(volume.path("d"), volume.path("packed"), shard_size=SHARD, row_group_size=SHARD // 4)
@@ -278,6 +366,41 @@ def test_a_pack_killed_at_any_point_resumes_where_it_stopped(volume, kill_at):
         resolve_source(volume.path("packed"), mode="pack")
     done = json.loads(subprocess.run(args, capture_output=True, text=True, check=True).stdout)
     assert done["written"] == len(done["shards"]) - kill_at // 2  # a shard and its offsets: two copies
+    assert dict(read(volume.path("packed"))) == loose
+
+
+def test_a_file_that_stays_unreadable_fails_the_pack_and_leaves_no_partial_shard(volume, monkeypatch):
+    from air_core import FetchError
+
+    pack_module = sys.modules["air_core.pack"]
+    loose = loose_files(volume)
+    read_into = pack_module._read_into
+
+    def failing(source, volume_path, mtime_ns, view):
+        if volume_path.endswith("f00040.bin"):  # in the second shard, copied onto the volume as it is built
+            raise FetchError(5, f"cannot read {volume_path}")
+        read_into(source, volume_path, mtime_ns, view)
+
+    monkeypatch.setattr(pack_module, "_read_into", failing)
+    with pytest.raises(FetchError, match="f00040.bin"):
+        pack(volume.path("d"), volume.path("packed"), shard_size=SHARD, row_group_size=SHARD // 4)
+    left = sorted(p.name for p in volume.local("packed").rglob("*") if p.is_file())
+    assert left == [".part-00000.offsets", "part-00000.parquet"]  # the first shard, whole; nothing of the second
+    monkeypatch.setattr(pack_module, "_read_into", read_into)
+    again = pack(volume.path("d"), volume.path("packed"), shard_size=SHARD, row_group_size=SHARD // 4)
+    assert again.written == len(again.shards) - 1 and dict(read(volume.path("packed"))) == loose
+
+
+def test_shards_are_copied_onto_the_volume_where_sendfile_copies_only_to_sockets(volume, monkeypatch):
+    import errno
+
+    def sendfile(*args):
+        raise OSError(errno.ENOTSOCK, "Socket operation on non-socket")  # macOS, for a file
+
+    loose = loose_files(volume)
+    with monkeypatch.context() as m:
+        m.setattr(os, "sendfile", sendfile)
+        pack(volume.path("d"), volume.path("packed"), shard_size=SHARD, row_group_size=SHARD // 4)
     assert dict(read(volume.path("packed"))) == loose
 
 

@@ -1,8 +1,9 @@
 """Pack SRC into DST in this process, optionally dying by SIGKILL partway; prints the PackResult as JSON.
 
 Usage: pack_run.py SRC DST SHARD_SIZE [KILL_AT]
-KILL_AT (optional): the number of files copied onto the volume (shards, their offsets, the index) after
-which the process kills itself with SIGKILL, halfway through writing the next one.
+KILL_AT (optional): the number of files put onto the volume (shards, their offsets, the index) after
+which the process kills itself with SIGKILL before the next one is there: halfway through copying it, or, for
+a shard (copied as it is built), once copied whole under its hidden name, before it gets its name.
 """
 
 import dataclasses
@@ -32,6 +33,16 @@ def copy_then_die(local: str, target: str) -> None:
     copied += 1
 
 
+def publish_then_die(tmp: str, target: str) -> None:
+    global copied
+    if copied == kill_at:
+        os.kill(os.getpid(), signal.SIGKILL)
+    publish(tmp, target)
+    copied += 1
+
+
+publish = pack_module._publish_shard
 pack_module._copy_onto_volume = copy_then_die
+pack_module._publish_shard = publish_then_die
 result = air_core.pack(src, dst, shard_size=shard_size, row_group_size=shard_size // 4, threads=8)
 print(json.dumps(dataclasses.asdict(result)))
