@@ -37,8 +37,8 @@ import shutil
 import tempfile
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
-from queue import SimpleQueue
 from dataclasses import dataclass
+from queue import SimpleQueue
 from typing import TYPE_CHECKING, Iterator, Sequence
 
 import numpy as np
@@ -53,6 +53,7 @@ from .manifest import Manifest
 from .pack_layout import layout, parse_size
 from .pack_store import GENERATIONS, INDEX, MARKER, OFFSETS, POINTER, POINTER_TMP, marker, offsets_name, point_at, \
     read_pointer, shard_name, write_whole
+from .parquet_pages import value_offsets
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -379,145 +380,6 @@ def _rows(manifest: Manifest, a: int, b: int, data: np.ndarray, schema: pa.Schem
     return pa.Table.from_pydict(cols, schema=schema)
 
 
-def _offsets(shard: str, sizes: Sequence[int]) -> list[int]:
-    """Where each packed file's bytes start in the local `shard`, from its footer and page headers.
-
-    Uncompressed, PLAIN, without a dictionary, Parquet stores each value
-    whole, after its length as 4 bytes, in order; a page header (and the
-    page's definition levels) comes between pages. So walking the `bytes`
-    column chunks page by page, reading only each page's header, places
-    every value: `sizes` (the files' sizes, in row order) tell where one ends
-    and the next begins. Each page must hold exactly its values, the first
-    one after its length, and the pages exactly the files: anything else
-    (another writer, other options) is refused rather than recorded wrong.
-    Readers of a stream then read a file with one `pread` from the cached
-    shard, as they read a loose file, instead of decoding its row group.
-    """
-    import pyarrow.parquet as pq
-
-    md = pq.read_metadata(shard)
-    column = md.schema.names.index("bytes")
-    out: list[int] = []
-    with open(shard, "rb", buffering=0) as f:
-        fd = f.fileno()
-        for g in range(md.num_row_groups):
-            chunk = md.row_group(g).column(column)
-            if chunk.compression != "UNCOMPRESSED" or chunk.has_dictionary_page:
-                raise AssertionError(f"{shard}: the packed files are not stored whole")  # see _WRITER_OPTIONS
-            at, end = chunk.data_page_offset, chunk.data_page_offset + chunk.total_compressed_size
-            while at < end:
-                values, stop, count = _page_values(fd, at)
-                first = len(out)
-                if count and (first + count > len(sizes) or
-                              int.from_bytes(os.pread(fd, 4, values), "little") != sizes[first]):
-                    raise AssertionError(f"{shard}: a page of packed files is not laid out as expected")
-                for size in sizes[first:first + count]:
-                    out.append(values + 4)
-                    values += 4 + int(size)
-                if values != stop:
-                    raise AssertionError(f"{shard}: a page of packed files is not laid out as expected")
-                at = stop
-    if len(out) != len(sizes):
-        raise AssertionError(f"{shard} holds {len(out)} packed files, not {len(sizes)}")
-    return out
-
-
-_DATA_PAGE, _DATA_PAGE_V2, _PLAIN = 0, 3, 0
-
-
-def _page_values(fd: int, at: int) -> tuple[int, int, int]:
-    """(where its values start, where it ends, how many) of the data page whose header is at `at`.
-
-    Reads the page header (Thrift compact protocol, as the Parquet format
-    defines it) and, for a version 1 page, the length of its definition
-    levels (`bytes` is a nullable column), which precede the values.
-    """
-    head = os.pread(fd, 1024, at)
-    try:
-        header, size = _thrift_struct(head, 0)
-    except IndexError:  # a longer header (page statistics): read as much as any writer puts there
-        head = os.pread(fd, 16 << 20, at)
-        header, size = _thrift_struct(head, 0)
-    body, stop = at + size, at + size + header[3]
-    if header[1] == _DATA_PAGE and header[5][2] == _PLAIN:  # DataPageHeader: num_values, encoding, ...
-        levels = int.from_bytes(os.pread(fd, 4, body), "little")  # definition levels, after their length
-        return body + 4 + levels, stop, header[5][1]
-    if header[1] == _DATA_PAGE_V2 and header[8][4] == _PLAIN and not header[8][2]:  # ..., num_nulls, ...
-        v2 = header[8]
-        return body + v2[5] + v2.get(6, 0), stop, v2[1]  # after the definition and repetition levels
-    raise AssertionError(f"a page of packed files that is not a PLAIN data page: {header}")
-
-
-def _thrift_struct(buf: bytes, pos: int) -> tuple[dict, int]:
-    """A struct in Thrift's compact protocol at `buf[pos:]`: ({field id: value}, where it ends).
-
-    Integers and nested structs are decoded; other values are skipped over.
-    """
-    fields: dict = {}
-    field = 0
-    while True:
-        byte = buf[pos]
-        pos += 1
-        if not byte:
-            return fields, pos
-        kind = byte & 0x0F
-        if byte >> 4:
-            field += byte >> 4
-        else:
-            field, pos = _zigzag(buf, pos)
-        fields[field], pos = _thrift_value(buf, pos, kind)
-
-
-def _thrift_value(buf: bytes, pos: int, kind: int) -> tuple[object, int]:
-    if kind in (1, 2):  # a boolean field carries its value in its type
-        return kind == 1, pos
-    if kind == 3:
-        return buf[pos], pos + 1
-    if kind in (4, 5, 6):
-        return _zigzag(buf, pos)
-    if kind == 7:
-        return None, pos + 8
-    if kind == 8:
-        n, pos = _varint(buf, pos)
-        return None, pos + n
-    if kind in (9, 10):  # list, set
-        n, elem = buf[pos] >> 4, buf[pos] & 0x0F
-        pos += 1
-        if n == 15:
-            n, pos = _varint(buf, pos)
-        for _ in range(n):
-            _, pos = (None, pos + 1) if elem in (1, 2) else _thrift_value(buf, pos, elem)  # a boolean: a byte
-        return None, pos
-    if kind == 11:  # map
-        n, pos = _varint(buf, pos)
-        if n:
-            key, value = buf[pos] >> 4, buf[pos] & 0x0F
-            pos += 1
-            for _ in range(n):
-                _, pos = _thrift_value(buf, pos, key)
-                _, pos = _thrift_value(buf, pos, value)
-        return None, pos
-    if kind == 12:
-        return _thrift_struct(buf, pos)
-    raise ValueError(f"Thrift compact type {kind}")
-
-
-def _varint(buf: bytes, pos: int) -> tuple[int, int]:
-    out = shift = 0
-    while True:
-        byte = buf[pos]
-        pos += 1
-        out |= (byte & 0x7F) << shift
-        shift += 7
-        if byte < 0x80:
-            return out, pos
-
-
-def _zigzag(buf: bytes, pos: int) -> tuple[int, int]:
-    n, pos = _varint(buf, pos)
-    return (n >> 1) ^ -(n & 1), pos
-
-
 _WHOLE, _ABANDONED = -1, -2  # what the builder of a shard tells its copy last: it is complete, or it failed
 
 
@@ -533,7 +395,7 @@ def _copy_shard(local: str, grown: SimpleQueue, sizes: Sequence[int], folder: st
     if tmp is None:  # building it failed: that error is raised where it happened
         return
     offsets_file = f"{local}.offsets"
-    np.asarray(_offsets(local, sizes), dtype="<i8").tofile(offsets_file)
+    np.asarray(value_offsets(local, "bytes", sizes), dtype="<i8").tofile(offsets_file)
     _copy_onto_volume(offsets_file, os.path.join(folder, offsets_name(k)))
     _publish_shard(tmp, target)
     os.unlink(local)

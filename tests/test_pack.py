@@ -110,7 +110,8 @@ def test_offsets_come_from_the_page_headers_for_any_page_layout(tmp_path, page):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from air_core.pack import _WRITER_OPTIONS, _offsets, _schema
+    from air_core.pack import _WRITER_OPTIONS, _schema
+    from air_core.parquet_pages import value_offsets
 
     contents = [os.urandom(n) for n in ODD_SIZES]
     schema = _schema(True, pa.binary())
@@ -120,10 +121,10 @@ def test_offsets_come_from_the_page_headers_for_any_page_layout(tmp_path, page):
             writer.write_table(pa.table({"path": [f"c/{i}" for i in range(a, b)], "size": ODD_SIZES[a:b],
                                          "mtime": [0] * (b - a), "bytes": contents[a:b],
                                          "label": ["c"] * (b - a)}, schema=schema))
-    offsets = _offsets(str(path), ODD_SIZES)
+    offsets = value_offsets(str(path), "bytes", ODD_SIZES)
     assert at_their_offsets(path.read_bytes(), contents, offsets)
     with pytest.raises(AssertionError):  # sizes other than those stored are refused, never recorded wrong
-        _offsets(str(path), ODD_SIZES[:3] + [ODD_SIZES[3] + 1] + ODD_SIZES[4:])
+        value_offsets(str(path), "bytes", ODD_SIZES[:3] + [ODD_SIZES[3] + 1] + ODD_SIZES[4:])
 
 
 def test_packed_files_of_any_size_are_read_from_their_offsets(volume):
