@@ -40,7 +40,7 @@ from .manifest import Manifest
 
 LIST_THREADS = 32
 PROGRESS_AFTER_SECONDS = 2.0
-HAND_OFF_SECONDS = 0.5
+HAND_OFF_SECONDS = 0.25
 MAX_PROCESSES = 8
 
 Folder = tuple[str, str, str]  # (local path, path relative to the listed folder with a trailing "/", real path)
@@ -77,16 +77,20 @@ def list_folder(
     with tqdm(desc=f"listing {vp.path}", unit=" files", delay=PROGRESS_AFTER_SECONDS, leave=False) as bar:
         left = walk.run([(vp.local, "", top)], LIST_THREADS, bar,
                         until=time.monotonic() + HAND_OFF_SECONDS if processes > 1 else None)
-        if left:
-            _in_processes(walk, left, processes, bar)
-    if not walk.files:
+        parts = _in_processes(walk, left, processes, bar) if left else []
+    if not walk.files and not any(len(sizes) for _, sizes, _ in parts):
         what = f" matching include={list(inc)} exclude={list(exc)}" if inc or exc else ""
         what += f" with file_extensions={list(extensions)}" if extensions else ""
         raise EmptyVolumeError(
             f"{vp.path} holds no file{what} (names starting with '.' or '_' are skipped); "
             "check the path and the patterns"
         )
-    return Manifest.build(vp.path, walk.files)
+    paths, sizes, mtimes = walk.columns()
+    for part in parts:
+        paths += part[0]
+        sizes.append(part[1])
+        mtimes.append(part[2])
+    return Manifest.from_columns(vp.path, paths, np.concatenate(sizes), np.concatenate(mtimes))
 
 
 class _Walk:
@@ -95,6 +99,12 @@ class _Walk:
     def __init__(self, vp: volume.VolumePath, selection: tuple, seen: set[str]) -> None:
         self.vp, self.selection, self.seen = vp, selection, seen
         self.files: list[tuple[str, int, int]] = []
+
+    def columns(self) -> tuple[list[str], list[np.ndarray], list[np.ndarray]]:
+        """The files found, sorted by path, as (paths, [sizes], [mtimes]): a part of a listing to join others."""
+        self.files.sort()
+        paths, sizes, mtimes = zip(*self.files) if self.files else ((), (), ())
+        return list(paths), [np.array(sizes, np.int64)], [np.array(mtimes, np.int64)]
 
     def run(self, folders: list[Folder], threads: int, bar: tqdm | None, until: float | None = None) -> list[Folder]:
         """List `folders` and every folder under them; past `until`, return the ones not opened yet instead."""
@@ -126,8 +136,9 @@ class _Walk:
         return waiting
 
 
-def _in_processes(walk: _Walk, folders: list[Folder], processes: int, bar: tqdm) -> None:
-    """List `folders` (and all under them) in worker processes, a share of them each, into `walk`."""
+def _in_processes(walk: _Walk, folders: list[Folder], processes: int,
+                  bar: tqdm) -> list[tuple[list[str], np.ndarray, np.ndarray]]:
+    """The files under `folders`, listed by worker processes, a share of the folders each: (paths, sizes, mtimes)."""
     processes = min(processes, len(folders))
     job = {"volume": walk.vp.path, "selection": walk.selection, "seen": walk.seen,
            "threads": max(4, LIST_THREADS // processes)}
@@ -137,6 +148,7 @@ def _in_processes(walk: _Walk, folders: list[Folder], processes: int, bar: tqdm)
     logs = [tempfile.TemporaryFile() for _ in range(processes)]  # a file, not a pipe: a chatty worker never blocks
     workers = [subprocess.Popen([sys.executable, "-c", "from air_core.listing import _worker; _worker()"],
                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, env=env) for log in logs]
+    parts = []
     try:
         for k, w in enumerate(workers):
             # Round robin: neighbouring folders (often alike) go to different workers.
@@ -152,11 +164,9 @@ def _in_processes(walk: _Walk, folders: list[Folder], processes: int, bar: tqdm)
             if isinstance(found, BaseException):
                 raise found
             paths, sizes, mtimes = found
-            n = len(sizes) // 8
-            if n:
-                walk.files += zip(paths.split("\0"), np.frombuffer(sizes, np.int64).tolist(),
-                                  np.frombuffer(mtimes, np.int64).tolist())
-            bar.update(n)
+            parts.append((paths.split("\0") if paths else [], np.frombuffer(sizes, np.int64),
+                          np.frombuffer(mtimes, np.int64)))
+            bar.update(len(parts[-1][1]))
     finally:
         for w, log in zip(workers, logs):
             if w.poll() is None:
@@ -164,16 +174,20 @@ def _in_processes(walk: _Walk, folders: list[Folder], processes: int, bar: tqdm)
                 w.wait()
             w.stdout.close()
             log.close()
+    return parts
 
 
 def _worker() -> None:
-    """A worker process: list the folders of the job on stdin, write the files found (or the error) to stdout."""
+    """A worker process: list the folders of the job on stdin, write the files found (or the error) to stdout.
+
+    The files go sorted by path, so the caller's sort of every part joined meets long sorted runs.
+    """
     job = pickle.load(sys.stdin.buffer)
     try:
         walk = _Walk(volume.parse(job["volume"]), job["selection"], job["seen"])
         walk.run(job["folders"], job["threads"], None)
-        paths, sizes, mtimes = zip(*walk.files) if walk.files else ((), (), ())
-        found: object = ("\0".join(paths), np.array(sizes, np.int64).tobytes(), np.array(mtimes, np.int64).tobytes())
+        paths, sizes, mtimes = walk.columns()
+        found: object = ("\0".join(paths), sizes[0].tobytes(), mtimes[0].tobytes())
     except Exception as e:  # raised again by the caller, as if listed there
         found = e
     sys.stdout.buffer.write(pickle.dumps(found))
