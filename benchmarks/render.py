@@ -247,6 +247,8 @@ PACK_NOTES = [
     "  Here the volume is the VM's disk, whose writes ran at the `volume_write_MBps` above.",
     "- A packed stream fetches only its own row groups' byte ranges (one node-cache entry each, 24 in",
     "  flight, each its own open), so it starts after its first row group, not a whole shard.",
+    "- A second-epoch figure is the median of epochs 2 to 4 of one process (one epoch alone moved by 10 %",
+    "  from run to run here, more than packed and loose differ for Ray, whose consumer bounds both).",
     "- HF rows and torch items cross DataLoader process boundaries with their bytes (150 KiB each), which",
     "  costs the same over loose files and packs; FileStream's figure is what the core itself delivers.",
     "- The box is shared with other work (load average in the raw records): compare loose and packed",
