@@ -42,6 +42,7 @@ LIST_THREADS = 32
 PROGRESS_AFTER_SECONDS = 2.0
 HAND_OFF_SECONDS = 0.25
 MAX_PROCESSES = 8
+_WORKER = "from air_core.listing import _worker; _worker()"
 
 Folder = tuple[str, str, str]  # (local path, path relative to the listed folder with a trailing "/", real path)
 
@@ -78,6 +79,9 @@ def list_folder(
         left = walk.run([(vp.local, "", top)], LIST_THREADS, bar,
                         until=time.monotonic() + HAND_OFF_SECONDS if processes > 1 else None)
         parts = _in_processes(walk, left, processes, bar) if left else []
+        if parts is None:  # no process can be started here: the rest in this one
+            walk.run(left, LIST_THREADS, bar)
+            parts = []
     if not walk.files and not any(len(sizes) for _, sizes, _ in parts):
         what = f" matching include={list(inc)} exclude={list(exc)}" if inc or exc else ""
         what += f" with file_extensions={list(extensions)}" if extensions else ""
@@ -137,8 +141,11 @@ class _Walk:
 
 
 def _in_processes(walk: _Walk, folders: list[Folder], processes: int,
-                  bar: tqdm) -> list[tuple[list[str], np.ndarray, np.ndarray]]:
-    """The files under `folders`, listed by worker processes, a share of the folders each: (paths, sizes, mtimes)."""
+                  bar: tqdm) -> list[tuple[list[str], np.ndarray, np.ndarray]] | None:
+    """The files under `folders`, listed by worker processes, a share of the folders each: (paths, sizes, mtimes).
+
+    None if no worker could be started (a sandbox without `fork`, a missing interpreter).
+    """
     processes = min(processes, len(folders))
     job = {"volume": walk.vp.path, "selection": walk.selection, "seen": walk.seen,
            "threads": max(4, LIST_THREADS // processes)}
@@ -146,10 +153,15 @@ def _in_processes(walk: _Walk, folders: list[Folder], processes: int,
     package_root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")]))}
     logs = [tempfile.TemporaryFile() for _ in range(processes)]  # a file, not a pipe: a chatty worker never blocks
-    workers = [subprocess.Popen([sys.executable, "-c", "from air_core.listing import _worker; _worker()"],
-                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, env=env) for log in logs]
+    workers: list[subprocess.Popen] = []
     parts = []
     try:
+        try:
+            for log in logs:
+                workers.append(subprocess.Popen([sys.executable, "-c", _WORKER], stdin=subprocess.PIPE,
+                                                stdout=subprocess.PIPE, stderr=log, env=env))
+        except OSError:
+            return None
         for k, w in enumerate(workers):
             # Round robin: neighbouring folders (often alike) go to different workers.
             with contextlib.suppress(BrokenPipeError), w.stdin:  # one that died says why below
@@ -168,11 +180,12 @@ def _in_processes(walk: _Walk, folders: list[Folder], processes: int,
                           np.frombuffer(mtimes, np.int64)))
             bar.update(len(parts[-1][1]))
     finally:
-        for w, log in zip(workers, logs):
+        for w in workers:
             if w.poll() is None:
                 w.kill()
                 w.wait()
             w.stdout.close()
+        for log in logs:
             log.close()
     return parts
 

@@ -153,6 +153,8 @@ def test_a_worker_process_error_is_raised_as_if_listed_here(volume, in_processes
     monkeypatch.setattr(listing.sys, "executable", "/bin/false")  # a worker that dies without a word
     with pytest.raises(AirError, match=r"in a worker process failed \(exit code 1\)"):
         list_folder(volume.path("d"))
+    monkeypatch.setattr(listing.sys, "executable", "/nowhere/python")  # no worker can start: listed here
+    assert len(list_folder(volume.path("d"))) == 12
 
 
 @given(st.lists(st.text(alphabet="ab/é.", min_size=1, max_size=8), min_size=1, max_size=25, unique=True), st.data())
