@@ -193,7 +193,7 @@ class Deal:
             # an array over every item (at 10**7 items, each is 40-80 MB in each of a node's 48 processes).
             self.by_size = _without(epoch.by_size, excluded)
             items = len(self.by_size)
-            self.counts = np.array([len(_lane_positions(world_size, rank, items)) for rank in range(world_size)])
+            self.counts = np.array([_lane_count(world_size, rank, items) for rank in range(world_size)])
         self.world_size, self.equalize, self.balance = world_size, equalize, balance
         # A resume's remainder may be smaller than the grid: then, like any remainder, it is dropped.
         if equalize == "drop" and items and excluded is None and not self.counts.min():
@@ -259,6 +259,12 @@ def _lane_positions(parts: int, part: int, n: int) -> np.ndarray:
     """The positions among n that `_snake_lanes(parts, n)` gives to `part`, ascending."""
     period = 2 * parts
     return np.sort(np.concatenate([np.arange(part, n, period), np.arange(period - 1 - part, n, period)]))
+
+
+def _lane_count(parts: int, part: int, n: int) -> int:
+    """How many of n positions `_snake_lanes(parts, n)` gives to `part`: two in each full round, and the rest."""
+    rounds, rest = divmod(n, 2 * parts)
+    return 2 * rounds + (part < rest) + (2 * parts - 1 - part < rest)
 
 
 def _cycle(pattern: np.ndarray, n: int) -> np.ndarray:
