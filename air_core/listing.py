@@ -78,23 +78,21 @@ def list_folder(
     with tqdm(desc=f"listing {vp.path}", unit=" files", delay=PROGRESS_AFTER_SECONDS, leave=False) as bar:
         left = walk.run([(vp.local, "", top)], LIST_THREADS, bar,
                         until=time.monotonic() + HAND_OFF_SECONDS if processes > 1 else None)
-        parts = _in_processes(walk, left, processes, bar) if left else []
-        if parts is None:  # no process can be started here: the rest in this one
+        handed = _in_processes(walk, left, processes, bar) if left else []
+        if handed is None:  # no process can be started here: the rest in this one
             walk.run(left, LIST_THREADS, bar)
-            parts = []
-    if not walk.files and not any(len(sizes) for _, sizes, _ in parts):
+            handed = []
+    parts = [walk.columns(), *handed]
+    if not any(len(sizes) for _, sizes, _ in parts):
         what = f" matching include={list(inc)} exclude={list(exc)}" if inc or exc else ""
         what += f" with file_extensions={list(extensions)}" if extensions else ""
         raise EmptyVolumeError(
             f"{vp.path} holds no file{what} (names starting with '.' or '_' are skipped); "
             "check the path and the patterns"
         )
-    paths, sizes, mtimes = walk.columns()
-    for part in parts:
-        paths += part[0]
-        sizes.append(part[1])
-        mtimes.append(part[2])
-    return Manifest.from_columns(vp.path, paths, np.concatenate(sizes), np.concatenate(mtimes))
+    return Manifest.from_columns(vp.path, [p for paths, _, _ in parts for p in paths],
+                                 np.concatenate([sizes for _, sizes, _ in parts]),
+                                 np.concatenate([mtimes for _, _, mtimes in parts]))
 
 
 class _Walk:
@@ -104,11 +102,11 @@ class _Walk:
         self.vp, self.selection, self.seen = vp, selection, seen
         self.files: list[tuple[str, int, int]] = []
 
-    def columns(self) -> tuple[list[str], list[np.ndarray], list[np.ndarray]]:
-        """The files found, sorted by path, as (paths, [sizes], [mtimes]): a part of a listing to join others."""
+    def columns(self) -> tuple[list[str], np.ndarray, np.ndarray]:
+        """The files found, sorted by path, as (paths, sizes, mtimes): a part of a listing, to join others."""
         self.files.sort()
         paths, sizes, mtimes = zip(*self.files) if self.files else ((), (), ())
-        return list(paths), [np.array(sizes, np.int64)], [np.array(mtimes, np.int64)]
+        return list(paths), np.array(sizes, np.int64), np.array(mtimes, np.int64)
 
     def run(self, folders: list[Folder], threads: int, bar: tqdm | None, until: float | None = None) -> list[Folder]:
         """List `folders` and every folder under them; past `until`, return the ones not opened yet instead."""
@@ -200,7 +198,7 @@ def _worker() -> None:
         walk = _Walk(volume.parse(job["volume"]), job["selection"], job["seen"])
         walk.run(job["folders"], job["threads"], None)
         paths, sizes, mtimes = walk.columns()
-        found: object = ("\0".join(paths), sizes[0].tobytes(), mtimes[0].tobytes())
+        found: object = ("\0".join(paths), sizes.tobytes(), mtimes.tobytes())
     except Exception as e:  # raised again by the caller, as if listed there
         found = e
     sys.stdout.buffer.write(pickle.dumps(found))

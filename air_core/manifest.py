@@ -155,9 +155,7 @@ class Manifest:
     def from_columns(cls, root: str, paths: Sequence[str], sizes: np.ndarray, mtimes: np.ndarray) -> "Manifest":
         """Make a manifest from relative paths, sizes and mtimes in any order (fastest in sorted runs)."""
         order = sorted(range(len(paths)), key=paths.__getitem__)
-        blob = np.frombuffer(("\0".join([paths[i] for i in order]) + "\0").encode() if order else b"", np.uint8)
-        offsets = np.zeros(len(order) + 1, dtype=np.int64)
-        offsets[1:] = np.flatnonzero(blob == 0) + 1  # a path never holds NUL
+        blob, offsets = _blob_of([paths[i] for i in order])
         index = np.array(order, dtype=np.int64)
         return cls(root, blob, offsets, np.asarray(sizes, np.int64)[index], np.asarray(mtimes, np.int64)[index])
 
@@ -170,9 +168,7 @@ class Manifest:
         share of it); by default, their own.
         """
         n = len(rows)
-        blob = np.frombuffer(("\0".join([r[0] for r in rows]) + "\0").encode() if n else b"", dtype=np.uint8)
-        offsets = np.zeros(n + 1, dtype=np.int64)
-        offsets[1:] = np.flatnonzero(blob == 0) + 1  # a path never holds NUL
+        blob, offsets = _blob_of([r[0] for r in rows])
         sizes = np.fromiter((r[1] for r in rows), np.int64, n)
         mtimes = np.fromiter((r[2] for r in rows), np.int64, n)
         return cls(root, blob, offsets, sizes, mtimes, fingerprint)
@@ -233,6 +229,14 @@ def load_listing(file: str, fingerprint: str) -> Manifest | None:
     except (OSError, ManifestMismatchError, ValueError):
         return None
     return m if m.fingerprint == fingerprint else None
+
+
+def _blob_of(paths: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """(blob, offsets) of `paths` in this order: each path's UTF-8 bytes and a NUL, and where each begins."""
+    blob = np.frombuffer(("\0".join(paths) + "\0").encode() if paths else b"", dtype=np.uint8)
+    offsets = np.zeros(len(paths) + 1, dtype=np.int64)
+    offsets[1:] = np.flatnonzero(blob == 0) + 1  # a path never holds NUL
+    return blob, offsets
 
 
 def _digest(root: str, blob: np.ndarray, offsets: np.ndarray, sizes: np.ndarray, mtimes: np.ndarray) -> str:
