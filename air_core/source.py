@@ -32,6 +32,7 @@ from .manifest import Manifest
 if TYPE_CHECKING:
     import pyarrow as pa
 
+    from .pack_read import Placement
     from .pack_store import Generation
     from .row_plan import RowGroup
 
@@ -109,6 +110,17 @@ class Source:
 
             held = _remember(self.fingerprint, shards=pack_read.shards(self.generation()))
         return held["shards"]
+
+    def placement(self) -> Placement:
+        """Pack mode: where each packed file lies, in its row group's byte range of its shard."""
+        held = _memo.get(self.fingerprint, {})
+        if "placement" not in held:
+            from . import pack_read
+
+            where = pack_read.placement(self.units(), pack_read.offsets(self.generation(), self._cache_dir),
+                                        self.manifest.sizes)
+            held = _remember(self.fingerprint, placement=where)
+        return held["placement"]
 
     def schema(self) -> pa.Schema:
         """Parquet mode: the tables' schema, hive partition columns appended as strings."""

@@ -304,11 +304,10 @@ class FileStream:
         self._grid, self._consumed, self._resumed_from = grid, done, resumed_from
         self.skipped = []
         if self.mode == "pack":
-            from .pack_read import offsets, placement, read_files
+            from .pack_read import read_files
 
-            source, m = self._source, self.manifest
-            where = placement(source.units(), offsets(source.generation(), self._cache_dir), m.sizes)
-            records = read_files(m, where, source.shards(), items[done:], self.cache)
+            source = self._source
+            records = read_files(self.manifest, source.placement(), source.shards(), items[done:], self.cache)
             yield from self._positions(records)  # type: ignore[misc]
             return
         fetch = dict(self._fetch)

@@ -222,9 +222,7 @@ class UCVolume(datasets.ArrowBasedBuilder):
             source = self._source
             pieces = [piece for shard in shards for piece in shard]
             items = pack_plan.files_of(source.units(), pieces, seed=c.seed, shuffle=c.shuffle)
-            where = pack_read.placement(source.units(), pack_read.offsets(source.generation(), c.node_cache_dir),
-                                        manifest.sizes)
-            files = pack_read.read_files(manifest, where, source.shards(), items, cache)
+            files = pack_read.read_files(manifest, source.placement(), source.shards(), items, cache)
         else:
             items = [i for shard in shards for i in shard]
             files = without_skips(read_items(manifest, items, cache, fetch_threads=threads, on_error=c.on_error),

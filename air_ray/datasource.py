@@ -39,7 +39,7 @@ from air_core import (
     volume,
 )
 from air_core import options as check
-from air_core import pack_plan, pack_read
+from air_core import pack_plan
 
 from . import placement, task_plan
 from .task_read import TaskSource, bytes_type, files_read_fn, files_schema, pack_read_fn, parquet_read_fn
@@ -364,8 +364,7 @@ class UCVolumeDatasource(Datasource):
     def _pack_tasks(self, epoch: int, parallelism: int, row_limit: int | None, block_bytes: int) -> list[ReadTask]:
         source = self._source
         manifest, shards, units = source.manifest, source.shards(), source.units()
-        where = pack_read.placement(units, pack_read.offsets(source.generation(), self._tasks.cache_dir),
-                                    manifest.sizes)
+        where = source.placement()
         pieces = self._parquet_share(epoch)
         schema = self.schema()
         tasks = []
