@@ -118,6 +118,7 @@ def _write(dt, table: str, folder: str, token: str, rows_per_file: int, rows_per
            progress: bool, expected_rows: int | None) -> int:
     """Write the table's rows into `folder` (created), as part-<token>-<i>.parquet files; returns the rows."""
     with _read_errors_as_table_error(dt, table):
+        _check_files_exist(dt)
         reader = _reader(dt)
     written = 0
     with tqdm(total=expected_rows, unit="rows", unit_scale=True, disable=not progress, desc="export") as bar:
@@ -139,6 +140,20 @@ def _write(dt, table: str, folder: str, token: str, rows_per_file: int, rows_per
         os.makedirs(folder, exist_ok=True)
         pq.write_table(reader.schema.empty_table(), os.path.join(folder, f"part-{token}-0.parquet"))
     return written
+
+
+def _check_files_exist(dt) -> None:
+    """Fail before writing when a data file the log lists is gone.
+
+    A read that fails inside `write_dataset` can leave pyarrow's writer threads
+    behind, and the interpreter's exit then aborts ("terminate called without an
+    active exception"), several runs in a hundred; a missing file, the usual
+    cause, is found here instead, by one `stat` per file.
+    """
+    for uri in dt.file_uris():
+        path = _local_path(uri)
+        if path is not None and not os.path.exists(path):
+            raise FileNotFoundError(f"{uri} does not exist")
 
 
 @contextmanager
