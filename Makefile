@@ -18,7 +18,7 @@ demo: $(VENV)/.installed
 test: $(VENV)/.installed
 	$(PY) -m pytest
 
-# Pure and single-process tests only: no torchrun, Ray, Spark, Jupyter kernels, DataLoader workers or slowvol.
+# Pure and single-process tests only: no torchrun, Ray, Spark, Jupyter kernels, DataLoader workers or netvol.
 test-fast: $(VENV)/.installed
 	$(PY) -m pytest -m "not slow"
 

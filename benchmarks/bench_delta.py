@@ -1,7 +1,7 @@
 """Delta -> Parquet export beside deltalake's own `to_pyarrow_dataset` + `pyarrow.dataset.write_dataset`.
 
 The table (3.2M rows over 16 commits and a delete, partitioned, ~110 MB) lives
-under `/Volumes/bench/ml/raw/delta`, emulated as a network volume by slowvol
+under `/Volumes/bench/ml/raw/delta`, emulated as a network volume by netvol
 (10 ms per open, 200 MB/s per stream); both write their Parquet beside it on
 the volume. The baseline reads through deltalake's own file system (its
 default) and through a `SubTreeFileSystem` (the fix for its abort at exit).

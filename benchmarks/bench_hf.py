@@ -1,14 +1,14 @@
-"""uc-volume beside Hugging Face's own imagefolder / parquet streaming, on the same data under slowvol.
+"""uc-volume beside Hugging Face's own imagefolder / parquet streaming, on the same data under netvol.
 
-One run measures, each in a fresh process with slowvol preloaded (SLOWVOL_OPEN_MS=10, SLOWVOL_MBPS=200):
+One run measures, each in a fresh process with netvol preloaded (NETVOL_OPEN_MS=10, NETVOL_MBPS=200):
 
 - files: 2,000 JPEGs (~147 KiB, class folders), DataLoader(num_workers=2, batch_size=32), the consumer
   reading every file's bytes: setup seconds, first-epoch and second-epoch files/s, for uc-volume and
-  for imagefolder (the reference script ../shared/bench/hf_native_files.py);
+  for imagefolder (each file's bytes read by the consumer, decode off);
 - parquet: 4 files of 8 row groups, rows/s of a first pass as Arrow batches and a second as Python
   batches (`ds.iter(batch_size=1000)`), for uc-volume (fresh cache) and `parquet`;
 - 3 ranks over the 4 Parquet files: bytes read from the volume while iterating, counted from
-  slowvol's trace (opens x file size), as a multiple of the data's bytes.
+  netvol's trace (opens x file size), as a multiple of the data's bytes.
 
 The files and parquet measurements alternate between the systems --repeat times and the summary takes
 each one's best, so that other work on the machine skews neither side. Prints one JSON line per
@@ -29,13 +29,44 @@ import sys
 import time
 from pathlib import Path
 
+from common import make_images, netvol
+
 REPO = Path(__file__).resolve().parent.parent
-SHARED = REPO.parent / "shared"
 VOLUME = "/Volumes/main/bench/vol"
 PARQUET_FILES, ROW_GROUPS, GROUP_ROWS = 4, 8, 25_000
 
 
 # -- measurements, each run in its own process ------------------------------------------
+
+# HF's own imagefolder, streaming, through a torch DataLoader: the consumer reads each file's bytes (decode off).
+IMAGEFOLDER = r"""
+import json, sys, time
+import datasets
+from torch.utils.data import DataLoader
+
+
+def read(rows):
+    n = 0
+    for row in rows:
+        with open(row["image"]["path"], "rb") as f:
+            n += len(f.read())
+    return n
+
+
+path, workers = sys.argv[1], int(sys.argv[2])
+t = time.perf_counter()
+ds = datasets.load_dataset("imagefolder", data_dir=path, split="train", streaming=True)
+ds = ds.cast_column("image", datasets.Image(decode=False))
+out = {"system": "hf-imagefolder-streaming", "workers": workers, "setup_s": round(time.perf_counter() - t, 3),
+       "num_shards": ds.num_shards}
+loader = DataLoader(ds, batch_size=32, num_workers=workers, collate_fn=read)
+for epoch in ("cold", "warm"):
+    t = time.perf_counter()
+    nbytes = sum(loader)
+    dt = time.perf_counter() - t
+    out[f"{epoch}_s"], out[f"{epoch}_MBps"] = round(dt, 3), round(nbytes / dt / 1e6, 1)
+print(json.dumps(out))
+"""
 
 
 def _read_local(rows) -> int:
@@ -47,7 +78,7 @@ def _read_local(rows) -> int:
 
 
 def _trace_opens() -> int:
-    with open(os.environ["SLOWVOL_TRACE"]) as f:
+    with open(os.environ["NETVOL_TRACE"]) as f:
         return sum(1 for line in f if line.startswith("open "))
 
 
@@ -127,8 +158,7 @@ def measure_rank(args) -> dict:
 
 def build_data(local: str, files: int) -> None:
     if len(glob.glob(f"{local}/images/*/*.jpg")) < files:
-        subprocess.run([sys.executable, str(SHARED / "bench" / "make_volume.py"), local, str(files)], check=True,
-                       stdout=subprocess.DEVNULL)
+        make_images(local, files)
     if len(glob.glob(f"{local}/table/*.parquet")) < PARQUET_FILES:
         import numpy as np
         import pyarrow as pa
@@ -160,7 +190,7 @@ def result(proc: subprocess.Popen) -> dict:
 def fresh(args) -> None:
     for d in (args.cache, args.hf_cache):
         shutil.rmtree(d, ignore_errors=True)
-    Path(args.env["SLOWVOL_TRACE"]).write_text("")
+    Path(args.env["NETVOL_TRACE"]).write_text("")
 
 
 def emit(line: dict) -> dict:
@@ -170,7 +200,7 @@ def emit(line: dict) -> dict:
 
 
 def ranks_bytes(args, system: str) -> dict:
-    """3 ranks over the Parquet files: volume bytes read while iterating, from slowvol's trace."""
+    """3 ranks over the Parquet files: volume bytes read while iterating, from netvol's trace."""
     fresh(args)
     sync = Path(args.root, "sync")
     shutil.rmtree(sync, ignore_errors=True)
@@ -181,10 +211,10 @@ def ranks_bytes(args, system: str) -> dict:
         if any(p.poll() for p in procs):
             raise SystemExit(f"a {system} rank failed during setup")
         time.sleep(0.01)
-    lines = Path(args.env["SLOWVOL_TRACE"]).read_text().splitlines()
+    lines = Path(args.env["NETVOL_TRACE"]).read_text().splitlines()
     (sync / "go").touch()
     rows = [result(p)["rows"] for p in procs]
-    opened = [ln.split(" ", 1)[1] for ln in Path(args.env["SLOWVOL_TRACE"]).read_text().splitlines()[len(lines):]
+    opened = [ln.split(" ", 1)[1] for ln in Path(args.env["NETVOL_TRACE"]).read_text().splitlines()[len(lines):]
               if ln.startswith("open ")]
     data = sum(os.path.getsize(p) for p in glob.glob(f"{args.local}/table/*.parquet"))
     read = sum(os.path.getsize(p) for p in opened)
@@ -195,7 +225,7 @@ def ranks_bytes(args, system: str) -> dict:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--root", default="/tmp/air-bench-hf", help="work folder (data, caches, slowvol.so)")
+    p.add_argument("--root", default="/tmp/air-bench-hf", help="work folder (data, caches, netvol.so)")
     p.add_argument("--files", type=int, default=2000)
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--repeat", type=int, default=3, help="alternating runs per measurement; the best counts")
@@ -214,12 +244,12 @@ def main() -> None:
 
     os.makedirs(args.root, exist_ok=True)
     build_data(args.local, args.files)
-    so = f"{args.root}/slowvol.so"
-    subprocess.run([str(SHARED / "slowvol" / "build"), so], check=True, stdout=subprocess.DEVNULL)
+    so = f"{args.root}/netvol.so"
+    netvol.build(so)
     args.env = {**os.environ, "AIR_VOLUMES_ROOT": f"{args.root}/Volumes", "AIR_CACHE_DIR": args.cache,
                 "HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1", "LD_PRELOAD": so,
-                "SLOWVOL_PREFIX": f"{args.root}/Volumes/", "SLOWVOL_OPEN_MS": "10", "SLOWVOL_MBPS": "200",
-                "SLOWVOL_TRACE": f"{args.root}/trace"}
+                "NETVOL_PREFIX": f"{args.root}/Volumes/", "NETVOL_OPEN_MS": "10", "NETVOL_MBPS": "200",
+                "NETVOL_TRACE": f"{args.root}/trace"}
     systems = ("uc-volume",) if args.skip_peers else ("uc-volume", "hf")
     files, parquet = [], {name: [] for name in systems}
     for _ in range(args.repeat):
@@ -234,7 +264,7 @@ def main() -> None:
         return max(r[key] for r in runs)
 
     summary = {
-        "summary": f"uc-volume vs datasets' own loaders, same data, slowvol 10 ms / 200 MB/s, best of {args.repeat}",
+        "summary": f"uc-volume vs datasets' own loaders, same data, netvol 10 ms / 200 MB/s, best of {args.repeat}",
         "setup_s": min(r["setup_s"] for r in files), "cold_files_s": best(files, "cold_files_s"),
         "warm_files_s": best(files, "warm_files_s"),
         "cold_opens_per_file": max(r["cold_opens"] for r in files) / args.files,
@@ -248,8 +278,8 @@ def main() -> None:
                     "ranks_bytes_ok": summary["ranks_volume_bytes_ratio"] <= 1.1})
     if not args.skip_peers:
         fresh(args)
-        proc = subprocess.run([sys.executable, str(SHARED / "bench" / "hf_native_files.py"), f"{args.local}/images",
-                               str(args.workers)], env=args.env, capture_output=True, text=True, check=True)
+        proc = subprocess.run([sys.executable, "-c", IMAGEFOLDER, f"{args.local}/images", str(args.workers)],
+                              env=args.env, capture_output=True, text=True, check=True)
         native = json.loads(proc.stdout.strip().splitlines()[-1])
         native.update({k.replace("_s", "_files_s"): round(args.files / native[k]) for k in ("cold_s", "warm_s")})
         emit(native)

@@ -19,7 +19,7 @@ from __future__ import annotations
 import argparse
 import shutil
 
-from common import SHARED, VOLUME, emit, measure
+from common import VOLUME, emit, make_images, measure
 
 PACK = r"""
 import json, os, shutil, sys, time
@@ -109,12 +109,9 @@ def main() -> list[dict]:
     root = f"{VOLUME}/pack{args.files}"
     loose, dest = f"{root}/images", f"{VOLUME}/packs/images{args.files}"
     import os
-    import subprocess
-    import sys
 
     if not os.path.isdir(loose) or sum(len(f) for _, _, f in os.walk(loose)) < args.files:
-        subprocess.run([sys.executable, str(SHARED / "bench" / "make_volume.py"), root, str(args.files)], check=True,
-                       capture_output=True)
+        make_images(root, args.files)
     results: list[dict] = []
     packed = measure(PACK, loose, dest, dest)
     emit(packed, results)

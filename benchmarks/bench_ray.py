@@ -1,9 +1,9 @@
 """Ray Data front door beside Ray's own readers, on the same data, under an emulated network volume.
 
-    python benchmarks/bench_ray.py --slowvol /tmp/slowvol.so [--workdir /tmp/air-bench] [--repeat 3]
+    python benchmarks/bench_ray.py --netvol /tmp/netvol.so [--workdir /tmp/air-bench] [--repeat 3]
 
 Builds (once, under --workdir) 2,000 JPEGs of ~147 KiB in class folders and
-a hive-partitioned Parquet table, then re-runs itself with slowvol
+a hive-partitioned Parquet table, then re-runs itself with netvol
 LD_PRELOADed (10 ms per open, 200 MB/s per open file by default) so the
 driver and every Ray worker see a slow volume. In one Ray session, each
 reader runs two executions (first, second), `--repeat` times, the readers
@@ -16,10 +16,10 @@ time includes making the dataset (the listing). Before anything is timed,
 every reader makes two passes over the images, so that the workers are in
 the steady state of a cluster that has been up a while (see `measure`).
 Three references: a bare 64-thread pool reading each file once (the
-machine's ceiling under slowvol); a datasource whose tasks make rows of the
+machine's ceiling under netvol); a datasource whose tasks make rows of the
 same sizes from bytes already in memory (what Ray's object store and this
 consumer cost with nothing to read); and `read_binary_files` over the same
-files on local disk, which slowvol does not slow (what Ray's own reader does
+files on local disk, which netvol does not slow (what Ray's own reader does
 with no network in the way). Prints one JSON line per measurement, one
 median per reader and execution, then one with the ratios of the medians.
 """
@@ -36,24 +36,20 @@ import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+from common import make_images
+
 VOLUME = "/Volumes/bench/ml/raw"
 
 
 def build_data(root: str, files: int, rows: int) -> None:
-    """JPEG noise images (as ../shared/bench/make_volume.py makes them) and a Parquet table."""
+    """JPEG noise images (`common.make_images`) and a Parquet table."""
     import numpy as np
     import pyarrow as pa
     import pyarrow.parquet as pq
-    from PIL import Image
 
     base = os.path.join(root, "bench", "ml", "raw")
+    make_images(base, files)
     rng = np.random.default_rng(0)
-    for i in range(files):
-        d = os.path.join(base, "images", f"class{i % 10}")
-        os.makedirs(d, exist_ok=True)
-        p = os.path.join(d, f"img{i:06d}.jpg")
-        if not os.path.exists(p):
-            Image.fromarray(rng.integers(0, 255, (390, 390, 3), dtype=np.uint8)).save(p, quality=92)
     warmup = os.path.join(base, "warmup")
     os.makedirs(warmup, exist_ok=True)
     for k in range(4):
@@ -196,7 +192,7 @@ def measure(root: str, repeat: int) -> None:
           "files_per_s": round(n / dt, 1), "MBps": round(nbytes / dt / 1e6, 1)})
     ray.init(num_cpus=os.cpu_count(), object_store_memory=512 << 20, include_dashboard=False,
              log_to_driver=False)
-    # The same files through a path slowvol does not slow: Ray's own reader with no network in the way.
+    # The same files through a path netvol does not slow: Ray's own reader with no network in the way.
     unslowed = os.path.join(os.path.dirname(root), "images-on-local-disk")
     if not os.path.islink(unslowed):
         os.symlink(local_images, unslowed)
@@ -219,7 +215,7 @@ def measure(root: str, repeat: int) -> None:
         ("in-memory bytes through Ray (nothing read)", "files",
          lambda r: ray.data.read_datasource(in_memory_source(sizes, os.cpu_count()), override_num_blocks=os.cpu_count()),
          files_pass),
-        ("ray.read_binary_files, local disk, no slowvol", "files",
+        ("ray.read_binary_files, local disk, no netvol", "files",
          lambda r: ray.data.read_binary_files(unslowed + "/"), files_pass),
         ("air_ray.read_uc_volume files", "files",
          lambda r: read_uc_volume(images, include_bytes=True, cache_dir=f"{cache}/{r}-bytes"), files_pass),
@@ -254,28 +250,28 @@ def measure(root: str, repeat: int) -> None:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--slowvol", help="slowvol.so to LD_PRELOAD (build: ../shared/slowvol/build OUT)")
+    p.add_argument("--netvol", help="netvol.so to LD_PRELOAD (build: python -m netvol OUT)")
     p.add_argument("--workdir", default=os.path.join(tempfile.gettempdir(), "air-bench"),
                    help="where the data is built and kept (default: %(default)s)")
     p.add_argument("--files", type=int, default=2000, help="JPEG files (default: %(default)s)")
     p.add_argument("--rows", type=int, default=4_000_000, help="Parquet rows (default: %(default)s)")
-    p.add_argument("--open-ms", default="10", help="slowvol latency of each open (default: %(default)s)")
+    p.add_argument("--open-ms", default="10", help="netvol latency of each open (default: %(default)s)")
     p.add_argument("--repeat", type=int, default=3,
                    help="first/second execution pairs per system, each from an empty cache; medians count "
                         "(default: %(default)s)")
-    p.add_argument("--mbps", default="200", help="slowvol bandwidth per open file (default: %(default)s)")
+    p.add_argument("--mbps", default="200", help="netvol bandwidth per open file (default: %(default)s)")
     args = p.parse_args()
     root = os.path.join(os.path.abspath(args.workdir), "Volumes")
     if os.environ.get("AIR_BENCH_CHILD"):
         measure(root, args.repeat)
         return
-    if not args.slowvol:
-        p.error("--slowvol is required: build it with ../shared/slowvol/build /tmp/slowvol.so")
+    if not args.netvol:
+        p.error("--netvol is required: build it with `python -m netvol /tmp/netvol.so`")
     build_data(root, args.files, args.rows)
     cache = tempfile.mkdtemp(prefix="air-bench-cache-")
     env = {
-        **os.environ, "AIR_BENCH_CHILD": "1", "LD_PRELOAD": os.path.abspath(args.slowvol),
-        "SLOWVOL_PREFIX": root + "/", "SLOWVOL_OPEN_MS": args.open_ms, "SLOWVOL_MBPS": args.mbps,
+        **os.environ, "AIR_BENCH_CHILD": "1", "LD_PRELOAD": os.path.abspath(args.netvol),
+        "NETVOL_PREFIX": root + "/", "NETVOL_OPEN_MS": args.open_ms, "NETVOL_MBPS": args.mbps,
         "AIR_VOLUMES_ROOT": root, "AIR_CACHE_DIR": cache, "RAY_DATA_DISABLE_PROGRESS_BARS": "1",
         "RAY_DATA_LOG_LEVEL": "WARNING", "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled",
     }

@@ -26,7 +26,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from common import REPO, SLOWVOL, VOLUME, emit, slowvol_so
+from common import REPO, NETVOL, VOLUME, emit, netvol_so
 
 ROOT = f"{VOLUME}/scale"
 GRID = {"world_size": 8, "num_workers": 6}
@@ -201,7 +201,7 @@ def run(code: str, tree: Path, *args: str, slow: bool = False, timeout: float = 
     env = {**os.environ, "PYTHONPATH": str(tree), "AIR_CACHE_DIR": tempfile.mkdtemp(prefix="air-scale-cache-"),
            "OMP_NUM_THREADS": "1"}
     if slow:
-        env.update(SLOWVOL, SLOWVOL_OPEN_MS="0", SLOWVOL_MBPS="0", LD_PRELOAD=slowvol_so())
+        env.update(NETVOL, NETVOL_OPEN_MS="0", NETVOL_MBPS="0", LD_PRELOAD=netvol_so())
     env.update(RAY_USAGE_STATS_ENABLED="0", RAY_AUTH_MODE="disabled", HF_DATASETS_OFFLINE="1", HF_HUB_OFFLINE="1")
     try:
         out = subprocess.run([sys.executable, "-c", code, *args], env=env, capture_output=True, text=True,

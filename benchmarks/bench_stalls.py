@@ -2,11 +2,11 @@
 
 2,000 JPEGs of ~147 KiB under the emulated volume; each round reads them cold
 (an empty cache) through `air_core.FileStream` (one process, 64 fetch
-threads), once without faults and once with `SLOWVOL_HANG_PCT` of reads
-stalled for `SLOWVOL_HANG_MS`. Stalls are drawn at random (the draw is mixed
+threads), once without faults and once with `NETVOL_HANG_PCT` of reads
+stalled for `NETVOL_HANG_MS`. Stalls are drawn at random (the draw is mixed
 with the pid), so a round may meet none, one or several; every round is
 reported. Extra reads are counted twice: by the cache (`stats.hedged`) and by
-the slowvol trace (opens beyond one per file), which sees them independently
+the netvol trace (opens beyond one per file), which sees them independently
 of our code.
 
 Usage: python benchmarks/bench_stalls.py [--rounds 3] [--hang-pct 0.05] [--hang-ms 20000]
@@ -28,7 +28,7 @@ stream = FileStream(sys.argv[1])
 t = time.perf_counter()
 n = sum(len(f.read_bytes()) for f in stream)
 dt = time.perf_counter() - t
-with open(os.environ["SLOWVOL_TRACE"]) as f:
+with open(os.environ["NETVOL_TRACE"]) as f:
     opens = sum(line.startswith("open ") for line in f)
 s = stream.cache.stats
 print(json.dumps({"files": len(stream.manifest), "bytes": n, "cold_s": round(dt, 3),
@@ -40,7 +40,7 @@ print(json.dumps({"files": len(stream.manifest), "bytes": n, "cold_s": round(dt,
 def one(folder: str, label: str, round_: int, **faults: str) -> dict:
     trace = tempfile.mktemp(prefix="air-bench-trace-")
     try:
-        r = measure(OURS, folder, env={"SLOWVOL_TRACE": trace, **faults})
+        r = measure(OURS, folder, env={"NETVOL_TRACE": trace, **faults})
     finally:
         if os.path.exists(trace):
             os.unlink(trace)
@@ -59,7 +59,7 @@ def main() -> list[dict]:
     results: list[dict] = []
     for k in range(args.rounds):
         emit(one(nested, "no stalls", k), results)
-        emit(one(nested, "stalls", k, SLOWVOL_HANG_PCT=args.hang_pct, SLOWVOL_HANG_MS=args.hang_ms), results)
+        emit(one(nested, "stalls", k, NETVOL_HANG_PCT=args.hang_pct, NETVOL_HANG_MS=args.hang_ms), results)
     calm = [r for r in results if r["case"] == "no stalls"]
     stalled = [r for r in results if r["case"] == "stalls"]
     emit({"summary": True, "rounds": args.rounds,

@@ -2,8 +2,7 @@
 
 Both read every file's bytes through `UCVolumeDataset` + `DataLoader` (batch 32,
 `collate_fn=sum`), a cold epoch then `--warm` warm ones in one process, with an
-empty cache at the start. The reference runs as ../shared/bench/anchor_files.py
-does (6 workers, its per-rank default, over a flat folder: it does not
+empty cache at the start. The reference runs as bench_core.py runs it (6 workers, its per-rank default, over a flat folder: it does not
 recurse), with more warm epochs: one warm epoch lasts ~60 ms, about as long as
 one hiccup of this VM, so each process reports the median of its warm epochs.
 Ours reads the nested class folders at its default worker count, and at 6

@@ -1,7 +1,7 @@
 """What every benchmark shares: the emulated volume, its data, and running one measurement per process.
 
 Data lives under a real `/Volumes/bench/ml/raw` (the reference accepts only
-`/Volumes/...` paths), emulated as a network volume by `../shared/slowvol`
+`/Volumes/...` paths), emulated as a network volume by the project's `netvol/`
 (10 ms per open, 200 MB/s per stream, 20 ms per listing). Each measurement runs
 in its own process with `LD_PRELOAD` set, so Ray workers and DataLoader workers
 inherit the emulation; each prints one JSON line.
@@ -18,24 +18,42 @@ import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-SHARED = REPO.parent / "shared"
+sys.path.insert(0, str(REPO))  # netvol/, the emulator, is the repository's, not an installed package
+
+import netvol  # noqa: E402
+
 VOLUME = "/Volumes/bench/ml/raw"
-SLOWVOL = {"SLOWVOL_OPEN_MS": "10", "SLOWVOL_MBPS": "200", "SLOWVOL_LIST_MS": "20", "SLOWVOL_PREFIX": "/Volumes/"}
+NETVOL = {"NETVOL_OPEN_MS": "10", "NETVOL_MBPS": "200", "NETVOL_LIST_MS": "20", "NETVOL_PREFIX": "/Volumes/"}
 
 
-def slowvol_so() -> str:
-    out = os.path.join(tempfile.gettempdir(), "air-bench-slowvol.so")
+def netvol_so() -> str:
+    """The emulator, built once per run into the temp folder."""
+    out = os.path.join(tempfile.gettempdir(), "air-bench-netvol.so")
     if not os.path.exists(out):
-        subprocess.run([str(SHARED / "slowvol" / "build"), out], check=True, capture_output=True)
+        netvol.build(out)
     return out
+
+
+def make_images(root: str, n: int) -> None:
+    """`root/images/classK/imgNNNNNN.jpg`: n noise JPEGs of ~147 KiB in 10 class folders (kept if there)."""
+    import numpy as np
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    for i in range(n):
+        folder = os.path.join(root, "images", f"class{i % 10}")
+        os.makedirs(folder, exist_ok=True)
+        path = os.path.join(folder, f"img{i:06d}.jpg")
+        pixels = rng.integers(0, 255, (390, 390, 3), dtype=np.uint8)  # drawn even when kept: the same files
+        if not os.path.exists(path):
+            Image.fromarray(pixels).save(path, quality=92)
 
 
 def image_volume(n: int = 2000) -> tuple[str, str]:
     """(nested, flat) volume folders holding the same n JPEGs of ~147 KiB."""
     nested, flat = f"{VOLUME}/images", f"{VOLUME}/flat"
     if not os.path.isdir(flat) or len(os.listdir(flat)) != n:
-        subprocess.run([sys.executable, str(SHARED / "bench" / "make_volume.py"), VOLUME, str(n)], check=True,
-                       capture_output=True)
+        make_images(VOLUME, n)
         shutil.rmtree(flat, ignore_errors=True)
         os.makedirs(flat)
         for d, _, files in os.walk(nested):
@@ -46,13 +64,13 @@ def image_volume(n: int = 2000) -> tuple[str, str]:
 
 def measure(code_or_script: str | Path, *args: str, slow: bool = True, env: dict | None = None,
             timeout: float = 900) -> dict:
-    """Run a script (or `-c` code) in a fresh process under slowvol; return its last JSON line."""
+    """Run a script (or `-c` code) in a fresh process under netvol; return its last JSON line."""
     full = {**os.environ, "PYTHONPATH": str(REPO), "AIR_CACHE_DIR": tempfile.mkdtemp(prefix="air-bench-cache-"),
             "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled", "RAY_DATA_DISABLE_PROGRESS_BARS": "1",
             "HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1", **(env or {})}
     full.pop("AIR_VOLUMES_ROOT", None)
     if slow:
-        full.update(SLOWVOL, LD_PRELOAD=slowvol_so())
+        full.update(NETVOL, LD_PRELOAD=netvol_so())
     cmd = [sys.executable, str(code_or_script), *args] if isinstance(code_or_script, Path) else \
         [sys.executable, "-c", code_or_script, *args]
     out = subprocess.run(cmd, env=full, capture_output=True, text=True, timeout=timeout)

@@ -23,7 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import slowvol_so
+from common import netvol_so
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
@@ -32,7 +32,7 @@ BENCHES = {
     "core": ["bench_core.py"],
     "torch": ["bench_torch.py", "--repeat", "3"],
     "hf": ["bench_hf.py", "--repeat", "3", "--root", "{tmp}/air-bench-hf"],
-    "ray": ["bench_ray.py", "--slowvol", "{slowvol}", "--workdir", "{tmp}/air-bench"],
+    "ray": ["bench_ray.py", "--netvol", "{netvol}", "--workdir", "{tmp}/air-bench"],
     "delta": ["bench_delta.py", "--rounds", "5"],
     "stalls": ["bench_stalls.py", "--rounds", "5"],
     "scale": ["bench_scale.py"],
@@ -41,7 +41,7 @@ BENCHES = {
 
 
 def run(name: str) -> list[dict]:
-    args = (a.format(slowvol=slowvol_so(), tmp=tempfile.gettempdir()) for a in BENCHES[name][1:])
+    args = (a.format(netvol=netvol_so(), tmp=tempfile.gettempdir()) for a in BENCHES[name][1:])
     cmd = [sys.executable, str(HERE / BENCHES[name][0]), *args]
     print(f"== {name}: {' '.join(cmd)}", flush=True)
     t = time.perf_counter()

@@ -1,4 +1,4 @@
-"""Shared fixtures: a local folder standing for /Volumes, a private cache, slowvol, one Ray cluster."""
+"""Shared fixtures: a local folder standing for /Volumes, a private cache, netvol, one Ray cluster."""
 
 from __future__ import annotations
 
@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
+import netvol
+
 ROOT = Path(__file__).resolve().parent.parent
-SHARED = ROOT.parent / "shared"
 
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
@@ -74,11 +75,12 @@ def volume(tmp_path, monkeypatch) -> Volume:
 
 
 @pytest.fixture(scope="session")
-def slowvol_so(tmp_path_factory) -> str:
-    """slowvol.so built from ../shared/slowvol (LD_PRELOAD it to emulate a network volume)."""
-    out = tmp_path_factory.mktemp("slowvol") / "slowvol.so"
-    subprocess.run([str(SHARED / "slowvol" / "build"), str(out)], check=True, capture_output=True)
-    return str(out)
+def netvol_so(tmp_path_factory) -> str:
+    """The project's network-volume emulator (netvol/), built once: LD_PRELOAD it into a process."""
+    try:
+        return netvol.build(tmp_path_factory.mktemp("netvol") / "netvol.so")
+    except netvol.Unavailable as e:
+        pytest.skip(str(e))
 
 
 def free_port() -> int:

@@ -19,10 +19,10 @@ SCRIPT = Path(__file__).parent / "scripts" / "core_read_all.py"
 
 
 def slow_env(so, volume, trace=None, **extra):
-    env = {**os.environ, "LD_PRELOAD": so, "SLOWVOL_PREFIX": str(volume.root) + "/",
-           "SLOWVOL_OPEN_MS": "10", "SLOWVOL_MBPS": "200", **extra}
+    env = {**os.environ, "LD_PRELOAD": so, "NETVOL_PREFIX": str(volume.root) + "/",
+           "NETVOL_OPEN_MS": "10", "NETVOL_MBPS": "200", **extra}
     if trace:
-        env["SLOWVOL_TRACE"] = str(trace)
+        env["NETVOL_TRACE"] = str(trace)
     return env
 
 
@@ -32,10 +32,10 @@ def opens(trace: Path) -> Counter:
 
 
 @pytest.mark.slow
-def test_four_processes_fetch_each_file_once(volume, slowvol_so, tmp_path):
+def test_four_processes_fetch_each_file_once(volume, netvol_so, tmp_path):
     paths = volume.files("d", 120, size=lambda i: 2000 + i)
     trace = tmp_path / "trace"
-    env = slow_env(slowvol_so, volume, trace)
+    env = slow_env(netvol_so, volume, trace)
     procs = [subprocess.Popen([sys.executable, str(SCRIPT), volume.path("d"), str(seed)], env=env,
                               stdout=subprocess.PIPE, text=True) for seed in range(4)]
     results = [json.loads(p.communicate(timeout=120)[0]) for p in procs]
@@ -48,14 +48,14 @@ def test_four_processes_fetch_each_file_once(volume, slowvol_so, tmp_path):
 
 
 @pytest.mark.slow
-def test_second_epoch_never_touches_the_volume(volume, slowvol_so, tmp_path):
+def test_second_epoch_never_touches_the_volume(volume, netvol_so, tmp_path):
     volume.files("d", 40)
     trace = tmp_path / "trace"
     code = ("import sys; from air_core import FileStream\n"
             "s = FileStream(sys.argv[1])\n"
             "a = [f.read_bytes() for f in s]; print('EPOCH2', flush=True)\n"
             "b = [f.read_bytes() for f in s]; assert a == b; print(s.cache.stats)\n")
-    out = subprocess.run([sys.executable, "-c", code, volume.path("d")], env=slow_env(slowvol_so, volume, trace),
+    out = subprocess.run([sys.executable, "-c", code, volume.path("d")], env=slow_env(netvol_so, volume, trace),
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert "hits=40, misses=40" in out.stdout
@@ -63,12 +63,12 @@ def test_second_epoch_never_touches_the_volume(volume, slowvol_so, tmp_path):
 
 
 @pytest.mark.slow
-def test_kill_during_fetch_never_serves_a_partial_file(volume, slowvol_so, tmp_path):
+def test_kill_during_fetch_never_serves_a_partial_file(volume, netvol_so, tmp_path):
     data = os.urandom(3 << 20)
     volume.write("big/blob.bin", data)
     code = "import sys; from air_core import FileStream\nfor f in FileStream(sys.argv[1]): pass\n"
     proc = subprocess.Popen([sys.executable, "-c", code, volume.path("big")],
-                            env=slow_env(slowvol_so, volume, SLOWVOL_MBPS="1"))
+                            env=slow_env(netvol_so, volume, NETVOL_MBPS="1"))
     cache_objects = Path(os.environ["AIR_CACHE_DIR"]) / "objects"
     wait_for(lambda: proc.poll() is not None or any(p.name.endswith(".part") and p.stat().st_size
                                                      for p in cache_objects.rglob("*")), 30, "the fetch to start")
@@ -157,14 +157,14 @@ def test_a_cache_folder_of_another_user_is_refused(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_large_file_arrives_whole_through_concurrent_ranges(volume, slowvol_so, tmp_path):
+def test_a_large_file_arrives_whole_through_concurrent_ranges(volume, netvol_so, tmp_path):
     # 70 MiB: five 16 MiB ranges, each through its own open of the volume file.
     data = os.urandom(1 << 20) * 70
     volume.write("big/table.parquet", data)
     trace = tmp_path / "trace"
     code = ("import sys; from air_core import FileStream; "
             "[print(f.local_path) for f in FileStream(sys.argv[1])]")
-    out = subprocess.run([sys.executable, "-c", code, volume.path("big")], env=slow_env(slowvol_so, volume, trace),
+    out = subprocess.run([sys.executable, "-c", code, volume.path("big")], env=slow_env(netvol_so, volume, trace),
                          capture_output=True, text=True, timeout=120, check=True).stdout.split()
     assert Path(out[0]).read_bytes() == data
     assert opens(trace)[str(volume.local("big/table.parquet"))] == 5

@@ -43,12 +43,12 @@ def test_stage_copies_once_and_skips_what_is_there(volume, tmp_path):
 
 
 @pytest.mark.slow
-def test_a_killed_stage_leaves_no_torn_file_under_a_visible_name(volume, slowvol_so, tmp_path):
+def test_a_killed_stage_leaves_no_torn_file_under_a_visible_name(volume, netvol_so, tmp_path):
     data = os.urandom(3 << 20)
     volume.write("d/big.bin", data)
     volume.files("d/small", 5)
     dst = tmp_path / "local"
-    env = {**os.environ, "LD_PRELOAD": slowvol_so, "SLOWVOL_PREFIX": str(volume.root) + "/", "SLOWVOL_MBPS": "1"}
+    env = {**os.environ, "LD_PRELOAD": netvol_so, "NETVOL_PREFIX": str(volume.root) + "/", "NETVOL_MBPS": "1"}
     proc = subprocess.Popen([*AIR_DATA, "stage", volume.path("d"), str(dst)], env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     wait_for(lambda: proc.poll() is not None or any(p.name.endswith(".part") and p.stat().st_size

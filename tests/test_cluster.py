@@ -4,7 +4,7 @@ Ray: a head without CPUs and two worker nodes whose raylets run in mount
 namespaces of their own, so one cache path is a different folder on each
 node (see tests/scripts/ray_cluster.py); and Ray on a local Spark. torchrun:
 two launches with `--nnodes 2`, each node in a mount namespace of its own or
-with an AIR_CACHE_DIR of its own. slowvol's trace counts what crossed the "network".
+with an AIR_CACHE_DIR of its own. netvol's trace counts what crossed the "network".
 """
 
 from __future__ import annotations
@@ -29,10 +29,10 @@ def trace_opens(trace: Path) -> list[str]:
     return [line.split(" ", 1)[1] for line in trace.read_text().splitlines() if line.startswith("open ")]
 
 
-def slowvol_env(volume, slowvol_so: str, trace: Path) -> dict:
+def netvol_env(volume, netvol_so: str, trace: Path) -> dict:
     trace.touch()
-    return {"LD_PRELOAD": slowvol_so, "SLOWVOL_PREFIX": f"{volume.root}/", "SLOWVOL_OPEN_MS": "10",
-            "SLOWVOL_LIST_MS": "0", "SLOWVOL_TRACE": str(trace)}
+    return {"LD_PRELOAD": netvol_so, "NETVOL_PREFIX": f"{volume.root}/", "NETVOL_OPEN_MS": "10",
+            "NETVOL_LIST_MS": "0", "NETVOL_TRACE": str(trace)}
 
 
 def torchrun_nodes(script: Path, nproc: int, args: list[str], node_env: list[dict], *,
@@ -85,11 +85,11 @@ needs_unshare = pytest.mark.skipif(_can_unshare() is not None, reason=str(_can_u
 
 
 @needs_unshare
-def test_three_node_ray_cluster_reads_each_file_on_its_node_and_rows_are_valid_anywhere(volume, slowvol_so, tmp_path):
+def test_three_node_ray_cluster_reads_each_file_on_its_node_and_rows_are_valid_anywhere(volume, netvol_so, tmp_path):
     pytest.importorskip("ray")
     volume.files("d", 600, size=lambda i: 20_000)
     trace = tmp_path / "trace"
-    env = {**os.environ, **slowvol_env(volume, slowvol_so, trace),
+    env = {**os.environ, **netvol_env(volume, netvol_so, trace),
            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     proc = subprocess.run([sys.executable, str(SCRIPTS / "ray_cluster.py"), volume.path("d"), str(tmp_path),
                            "driver,actor,split"], env=env, capture_output=True, text=True, timeout=300)
@@ -110,7 +110,7 @@ def test_three_node_ray_cluster_reads_each_file_on_its_node_and_rows_are_valid_a
 
 
 @needs_unshare
-def test_torchrun_two_nodes_of_two_ranks_fetch_their_own_shares_once(volume, slowvol_so, tmp_path):
+def test_torchrun_two_nodes_of_two_ranks_fetch_their_own_shares_once(volume, netvol_so, tmp_path):
     paths = volume.files("d", 120, size=lambda i: 100 + (i * 7919) % 5000)
     trace, out, local = tmp_path / "trace", tmp_path / "out", tmp_path / "local"
     out.mkdir()
@@ -119,7 +119,7 @@ def test_torchrun_two_nodes_of_two_ranks_fetch_their_own_shares_once(volume, slo
     for own, _ in disks:
         own.mkdir()
     caches = [own / "cache" for own, _ in disks]  # each node's $AIR_CACHE_DIR, seen from outside
-    env = {**slowvol_env(volume, slowvol_so, trace), "AIR_CACHE_DIR": str(local / "cache")}
+    env = {**netvol_env(volume, netvol_so, trace), "AIR_CACHE_DIR": str(local / "cache")}
     torchrun_nodes(SCRIPTS / "core_nodes.py", 2, [volume.path("d"), str(out)], [env, env], disks=disks)
     ranks = [json.loads((out / f"rank{r}.json").read_text()) for r in range(4)]
     assert [r["node"] for r in ranks] == [0, 0, 1, 1]
@@ -137,14 +137,14 @@ def test_torchrun_two_nodes_of_two_ranks_fetch_their_own_shares_once(volume, slo
     assert [len(list((c / "manifests").glob("*.listing"))) for c in caches] == [1, 1]
 
 
-def test_hf_uc_volume_two_nodes_of_one_rank_fetch_each_file_once(volume, slowvol_so, tmp_path):
+def test_hf_uc_volume_two_nodes_of_one_rank_fetch_each_file_once(volume, netvol_so, tmp_path):
     pytest.importorskip("datasets")
     paths = volume.files("imgs", 60)
     trace, out = tmp_path / "trace", tmp_path / "out"
     out.mkdir()
     caches = [tmp_path / f"node{k}-cache" for k in range(2)]
     torchrun_nodes(SCRIPTS / "hf_ranks.py", 1, [volume.path("imgs"), str(tmp_path / "hf"), str(out)],
-                   [{**slowvol_env(volume, slowvol_so, trace), "AIR_CACHE_DIR": str(c)} for c in caches])
+                   [{**netvol_env(volume, netvol_so, trace), "AIR_CACHE_DIR": str(c)} for c in caches])
     ranks = [json.loads((out / f"rank{r}.json").read_text()) for r in range(2)]
     for epoch in range(2):
         assert sorted(p for r in ranks for p in r["epochs"][epoch]) == paths
@@ -154,14 +154,14 @@ def test_hf_uc_volume_two_nodes_of_one_rank_fetch_each_file_once(volume, slowvol
     assert after_second == after_first
 
 
-def test_hf_trainer_recipe_over_two_nodes_of_one_rank_reads_disjoint_halves_once(volume, slowvol_so, tmp_path):
+def test_hf_trainer_recipe_over_two_nodes_of_one_rank_reads_disjoint_halves_once(volume, netvol_so, tmp_path):
     pytest.importorskip("transformers")
     volume.files("imgs", 34)  # equalize="drop": 4 shards of 8 (2 files left out)
     trace, out = tmp_path / "trace", tmp_path / "out"
     out.mkdir()
     caches = [tmp_path / f"node{k}-cache" for k in range(2)]
     torchrun_nodes(SCRIPTS / "hf_trainer.py", 1, [volume.path("imgs"), str(tmp_path / "hf"), str(out), "4"],
-                   [{**slowvol_env(volume, slowvol_so, trace), "AIR_CACHE_DIR": str(c)} for c in caches],
+                   [{**netvol_env(volume, netvol_so, trace), "AIR_CACHE_DIR": str(c)} for c in caches],
                    timeout=300)
     seen = [json.loads((out / f"rank{r}.json").read_text())["seen"] for r in range(2)]
     assert [len(s) for s in seen] == [16, 16]  # 4 steps x batch 4, one epoch of each node's half

@@ -101,10 +101,10 @@ def exports_in(dest: str) -> set[str]:
     return {f"{dest}/{EXPORTS}/{p.name}" for p in (local(dest) / EXPORTS).iterdir()}
 
 
-def strict_env(volume, slowvol_so: str, **extra: str) -> dict:
-    """The environment of a child process that sees the volume as object storage (slowvol's strict mode)."""
-    return {**os.environ, "LD_PRELOAD": slowvol_so, "SLOWVOL_STRICT": "1", "SLOWVOL_PREFIX": f"{volume.root}/",
-            "SLOWVOL_OPEN_MS": "0", **extra}
+def strict_env(volume, netvol_so: str, **extra: str) -> dict:
+    """The environment of a child process that sees the volume as object storage (netvol's strict mode)."""
+    return {**os.environ, "LD_PRELOAD": netvol_so, "NETVOL_STRICT": "1", "NETVOL_PREFIX": f"{volume.root}/",
+            "NETVOL_OPEN_MS": "0", **extra}
 
 
 def run_export(args: list[str], env: dict) -> dict:
@@ -305,7 +305,7 @@ try:
 except OSError as e:
     assert e.errno == errno.EPERM, e
 else:
-    raise AssertionError("slowvol's strict mode is not in force: the volume allowed a symbolic link")
+    raise AssertionError("netvol's strict mode is not in force: the volume allowed a symbolic link")
 out = {"first": export_delta(table, dest, version=0), "again": export_delta(table, dest, version=0)}
 publication.GRACE_SECONDS = 0  # the export replaced next is removed at once
 out["newer"] = export_delta(table, dest)
@@ -319,7 +319,7 @@ print(json.dumps({k: v if isinstance(v, str) else dataclasses.asdict(v) for k, v
 
 
 @pytest.mark.slow
-def test_every_write_path_works_on_object_storage(volume, slowvol_so):
+def test_every_write_path_works_on_object_storage(volume, netvol_so):
     versions = build_table(volume.local("tables/o"))
     append(volume.local("tables/e"), rows(range(10), lambda i: "a"))
     DeltaTable(str(volume.local("tables/e"))).delete()
@@ -329,7 +329,7 @@ def test_every_write_path_works_on_object_storage(volume, slowvol_so):
     dest = volume.path("exports/o")
     proc = subprocess.run([sys.executable, "-c", STRICT_EXPORTS, volume.path("tables/o"), volume.path("tables/e"),
                            volume.path("tables/b"), dest, str(volume.local("probe"))],
-                          env=strict_env(volume, slowvol_so), capture_output=True, text=True, timeout=240)
+                          env=strict_env(volume, netvol_so), capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout)
     assert (out["first"]["skipped"], out["again"]["skipped"], out["newer"]["skipped"]) == (False, True, False)
@@ -342,7 +342,7 @@ def test_every_write_path_works_on_object_storage(volume, slowvol_so):
 
 
 @pytest.mark.slow
-def test_kill_9_mid_export_leaves_the_previous_export_served(volume, slowvol_so):
+def test_kill_9_mid_export_leaves_the_previous_export_served(volume, netvol_so):
     table_dir = volume.local("tables/k")
     append(table_dir, rows(range(100), lambda i: "a"))
     for k in range(1, 13):
@@ -351,7 +351,7 @@ def test_kill_9_mid_export_leaves_the_previous_export_served(volume, slowvol_so)
     old = export_delta(table, dest, version=0)
     old_rows = by_id(rows(range(100), lambda i: "a"))
     # the volume is slow object storage, so the child is caught writing
-    env = strict_env(volume, slowvol_so, SLOWVOL_OPEN_MS="400", SLOWVOL_MBPS="0.2")
+    env = strict_env(volume, netvol_so, NETVOL_OPEN_MS="400", NETVOL_MBPS="0.2")
     child = subprocess.Popen([sys.executable, str(EXPORT), table, dest, "100", "50"], env=env,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     exports = local(dest) / EXPORTS
@@ -377,7 +377,7 @@ def test_kill_9_mid_export_leaves_the_previous_export_served(volume, slowvol_so)
 
 
 @pytest.mark.slow
-def test_random_kills_on_object_storage_never_serve_half_an_export(volume, slowvol_so):
+def test_random_kills_on_object_storage_never_serve_half_an_export(volume, netvol_so):
     table_dir = volume.local("tables/r")
     append(table_dir, rows(range(200), lambda i: "a"))
     append(table_dir, rows(range(200, 800), lambda i: "ab"[i % 2]))
@@ -385,7 +385,7 @@ def test_random_kills_on_object_storage_never_serve_half_an_export(volume, slowv
     old = export_delta(table, dest, version=0)
     old_rows = by_id(rows(range(200), lambda i: "a"))
     new_rows = by_id(rows(range(200), lambda i: "a") + rows(range(200, 800), lambda i: "ab"[i % 2]))
-    env = strict_env(volume, slowvol_so, SLOWVOL_OPEN_MS="30")  # each open a round trip: 40 files take a while
+    env = strict_env(volume, netvol_so, NETVOL_OPEN_MS="30")  # each open a round trip: 40 files take a while
     args = [sys.executable, str(EXPORT), table, dest, "20", "20"]
     exports = local(dest) / EXPORTS
     rng = random.Random(7)
@@ -416,14 +416,14 @@ def test_random_kills_on_object_storage_never_serve_half_an_export(volume, slowv
 
 
 @pytest.mark.slow
-def test_fresh_processes_exit_cleanly_and_take_turns(volume, slowvol_so):
+def test_fresh_processes_exit_cleanly_and_take_turns(volume, netvol_so):
     """deltalake's reader can abort the interpreter at exit (exit 134); exports in fresh processes must not."""
     append(volume.local("tables/p"), rows(range(3000), lambda i: "abc"[i % 3]))
     deletion_vector_table(volume.local("tables/dv"))  # read by deltalake's engine, not pyarrow's
     table = volume.path("tables/p")
     runs = ([(table, volume.path(f"exports/own{k}"), os.environ) for k in range(4)]
             + [(volume.path("tables/dv"), volume.path(f"exports/dv{k}"), os.environ) for k in range(2)]
-            + [(table, volume.path("exports/shared"), strict_env(volume, slowvol_so))] * 3)
+            + [(table, volume.path("exports/shared"), strict_env(volume, netvol_so))] * 3)
     procs = [subprocess.Popen([sys.executable, str(EXPORT), t, d], env=env, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True) for t, d, env in runs]
     outs = [p.communicate(timeout=240) for p in procs]
@@ -437,7 +437,7 @@ def test_fresh_processes_exit_cleanly_and_take_turns(volume, slowvol_so):
 
 
 @pytest.mark.slow
-def test_exporters_on_two_nodes_at_once_end_with_one_whole_export(volume, slowvol_so, tmp_path):
+def test_exporters_on_two_nodes_at_once_end_with_one_whole_export(volume, netvol_so, tmp_path):
     expected = by_id(rows(range(3000), lambda i: "abc"[i % 3]))
     append(volume.local("tables/n"), expected)
     table, dest = volume.path("tables/n"), volume.path("exports/n")
@@ -445,7 +445,7 @@ def test_exporters_on_two_nodes_at_once_end_with_one_whole_export(volume, slowvo
     envs = []
     for k in range(2):
         (tmp_path / f"node{k}").mkdir()
-        envs.append(strict_env(volume, slowvol_so, TMPDIR=str(tmp_path / f"node{k}")))
+        envs.append(strict_env(volume, netvol_so, TMPDIR=str(tmp_path / f"node{k}")))
     procs = [subprocess.Popen([sys.executable, str(EXPORT), table, dest, "500", "100"], env=env,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for env in envs]
     outs = [p.communicate(timeout=240) for p in procs]
@@ -580,6 +580,8 @@ def test_cli_exports_with_a_progress_bar(volume, capsys):
 @pytest.fixture(scope="session")
 def spark(tmp_path_factory):
     """One local Spark Connect server for the session (its JVM lives until the process exits)."""
+    if shutil.which("java") is None:
+        pytest.skip("the Spark Connect tests need Java 17 (e.g. `apt-get install openjdk-17-jre-headless`)")
     from pyspark.sql import SparkSession
 
     os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"

@@ -87,7 +87,7 @@ def test_registration_guard_names_the_moved_internals(monkeypatch):
 
 
 @pytest.mark.slow
-def test_setup_of_2000_files_under_slowvol_is_fast(volume, slowvol_so, tmp_path):
+def test_setup_of_2000_files_under_netvol_is_fast(volume, netvol_so, tmp_path):
     for k in range(10):
         folder = volume.local(f"many/class{k}")
         folder.mkdir(parents=True)
@@ -101,8 +101,8 @@ def test_setup_of_2000_files_under_slowvol_is_fast(volume, slowvol_so, tmp_path)
                                    streaming=True, cache_dir={str(tmp_path / 'hf')!r})
         print(time.perf_counter() - t, ds.num_shards)
     """)
-    env = {**os.environ, "LD_PRELOAD": slowvol_so, "SLOWVOL_PREFIX": str(volume.root) + "/",
-           "SLOWVOL_OPEN_MS": "10", "SLOWVOL_LIST_MS": "20", "SLOWVOL_TRACE": str(trace)}
+    env = {**os.environ, "LD_PRELOAD": netvol_so, "NETVOL_PREFIX": str(volume.root) + "/",
+           "NETVOL_OPEN_MS": "10", "NETVOL_LIST_MS": "20", "NETVOL_TRACE": str(trace)}
     out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True)
     seconds, shards = out.stdout.split()
     # Opening each file would take 20 s here; the margin over the ~0.1 s measured is for busy CI machines.

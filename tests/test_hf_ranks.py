@@ -1,4 +1,4 @@
-"""uc-volume across real torchrun ranks: split by shard, workers, slowvol's trace, and Trainer."""
+"""uc-volume across real torchrun ranks: split by shard, workers, netvol's trace, and Trainer."""
 
 from __future__ import annotations
 
@@ -17,13 +17,13 @@ def read_ranks(out: Path, n: int) -> list[dict]:
     return [json.loads((out / f"rank{r}.json").read_text()) for r in range(n)]
 
 
-def test_three_ranks_two_workers_read_each_file_once(volume, slowvol_so, tmp_path):
+def test_three_ranks_two_workers_read_each_file_once(volume, netvol_so, tmp_path):
     expected = volume.files("imgs", 50)
     out, trace = tmp_path / "out", tmp_path / "trace"
     out.mkdir()
     trace.touch()
-    env = {"LD_PRELOAD": slowvol_so, "SLOWVOL_PREFIX": str(volume.root) + "/", "SLOWVOL_OPEN_MS": "10",
-           "SLOWVOL_TRACE": str(trace)}
+    env = {"LD_PRELOAD": netvol_so, "NETVOL_PREFIX": str(volume.root) + "/", "NETVOL_OPEN_MS": "10",
+           "NETVOL_TRACE": str(trace)}
     torchrun(SCRIPTS / "hf_ranks.py", 3, volume.path("imgs"), str(tmp_path / "hf"), str(out), env=env)
     ranks = read_ranks(out, 3)
     assert {r["shards"] for r in ranks} == {2}  # of 6: world_size x num_workers
@@ -32,7 +32,7 @@ def test_three_ranks_two_workers_read_each_file_once(volume, slowvol_so, tmp_pat
         assert sorted(every) == expected  # all files, none twice
         assert all(abs(len(r["epochs"][epoch]) - 50 / 3) < 2 for r in ranks)
     assert ranks[0]["epochs"][0] != ranks[0]["epochs"][1]  # set_epoch reshuffled
-    # slowvol's own record: setup opened no file, epoch 1 opened each file once, epoch 2 none.
+    # netvol's own record: setup opened no file, epoch 1 opened each file once, epoch 2 none.
     opens = [line.split(" ", 1)[1] for line in trace.read_text().splitlines() if line.startswith("open ")]
     before, after_first, after_second = ranks[0]["trace_marks"]
     assert before == 0 and after_second == after_first

@@ -1,7 +1,7 @@
 """A file that stays unreadable: a clear error naming it, or with on_error="skip" left out, on every front door.
 
-Faults come from slowvol (`SLOWVOL_FAIL_MATCH`: every open of one file fails;
-`SLOWVOL_FAIL_PCT`: transient failures) in a subprocess.
+Faults come from netvol (`NETVOL_FAIL_MATCH`: every open of one file fails;
+`NETVOL_FAIL_PCT`: transient failures) in a subprocess.
 """
 
 from __future__ import annotations
@@ -20,10 +20,10 @@ SCRIPT = Path(__file__).parent / "scripts" / "doors_under_faults.py"
 BAD = "class1/f00004.bin"
 
 
-def read_through(door: str, volume, slowvol_so, tmp_path, on_error: str, **faults: str) -> dict:
+def read_through(door: str, volume, netvol_so, tmp_path, on_error: str, **faults: str) -> dict:
     out = tmp_path / f"{door}.json"
-    env = {**os.environ, "LD_PRELOAD": slowvol_so, "SLOWVOL_PREFIX": f"{volume.root}/", "SLOWVOL_OPEN_MS": "1",
-           "SLOWVOL_MBPS": "0", "PYTHONPATH": str(Path(__file__).parent.parent), **faults}
+    env = {**os.environ, "LD_PRELOAD": netvol_so, "NETVOL_PREFIX": f"{volume.root}/", "NETVOL_OPEN_MS": "1",
+           "NETVOL_MBPS": "0", "PYTHONPATH": str(Path(__file__).parent.parent), **faults}
     proc = subprocess.run([sys.executable, str(SCRIPT), door, volume.path("d"), str(out), on_error], env=env,
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -32,21 +32,21 @@ def read_through(door: str, volume, slowvol_so, tmp_path, on_error: str, **fault
 
 @pytest.mark.slow
 @pytest.mark.parametrize("door", ["stream", "hf", "ray", "torch"])
-def test_an_unreadable_file_fails_clearly_or_is_skipped_and_the_rest_arrive_once(volume, slowvol_so, tmp_path,
+def test_an_unreadable_file_fails_clearly_or_is_skipped_and_the_rest_arrive_once(volume, netvol_so, tmp_path,
                                                                                  door):
     paths = volume.files("d", 24)
-    raised = read_through(door, volume, slowvol_so, tmp_path, "raise", SLOWVOL_FAIL_MATCH=BAD)
+    raised = read_through(door, volume, netvol_so, tmp_path, "raise", NETVOL_FAIL_MATCH=BAD)
     assert f"cannot read {volume.path('d/' + BAD)} after 10 attempts" in raised["error"]
-    skipped = read_through(door, volume, slowvol_so, tmp_path, "skip", SLOWVOL_FAIL_MATCH=BAD)
+    skipped = read_through(door, volume, netvol_so, tmp_path, "skip", NETVOL_FAIL_MATCH=BAD)
     assert skipped["error"] is None
     assert sorted(skipped["names"]) == sorted(p.rsplit("/", 1)[1] for p in paths if not p.endswith(BAD))
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("door", ["hf", "ray", "torch"])
-def test_transient_errors_through_every_front_door_deliver_every_file_once(volume, slowvol_so, tmp_path, door):
+def test_transient_errors_through_every_front_door_deliver_every_file_once(volume, netvol_so, tmp_path, door):
     paths = volume.files("d", 120)
-    got = read_through(door, volume, slowvol_so, tmp_path, "raise", SLOWVOL_FAIL_PCT="5", SLOWVOL_SEED="3")
+    got = read_through(door, volume, netvol_so, tmp_path, "raise", NETVOL_FAIL_PCT="5", NETVOL_SEED="3")
     assert got["error"] is None and sorted(got["names"]) == sorted(p.rsplit("/", 1)[1] for p in paths)
 
 

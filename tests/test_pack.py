@@ -282,7 +282,7 @@ print(json.dumps(out))
 
 
 @pytest.mark.slow
-def test_three_nodes_open_each_row_group_once_and_a_second_epoch_opens_no_shard(volume, slowvol_so, tmp_path):
+def test_three_nodes_open_each_row_group_once_and_a_second_epoch_opens_no_shard(volume, netvol_so, tmp_path):
     loose = loose_files(volume)
     r = pack(volume.path("d"), volume.path("packed"), shard_size=SHARD, row_group_size=SHARD // 4)
     shard_paths = {str(volume.local(r.path[len(volume.vol) + 1:]) / name) for name in r.shards}
@@ -292,7 +292,7 @@ def test_three_nodes_open_each_row_group_once_and_a_second_epoch_opens_no_shard(
         for epoch in (0, 1):  # a process each: the second epoch is a later job (or worker) on the node
             trace = tmp_path / f"trace{rank}.{epoch}"
             out = subprocess.run([sys.executable, "-c", NODE_READ, volume.path("packed"), str(rank), str(epoch)],
-                                 env={**slow_env(slowvol_so, volume, trace), "AIR_CACHE_DIR": str(node)},
+                                 env={**slow_env(netvol_so, volume, trace), "AIR_CACHE_DIR": str(node)},
                                  capture_output=True, text=True, timeout=120)
             assert out.returncode == 0, out.stderr[-3000:]
             got = json.loads(out.stdout)
@@ -310,14 +310,14 @@ def test_three_nodes_open_each_row_group_once_and_a_second_epoch_opens_no_shard(
 
 
 @pytest.mark.slow
-def test_a_range_fetch_killed_midway_is_never_served(volume, slowvol_so):
+def test_a_range_fetch_killed_midway_is_never_served(volume, netvol_so):
     blobs = {f"big/c/{k}.bin": os.urandom(1 << 20) for k in range(3)}
     for rel, data in blobs.items():
         volume.write(rel, data)
     pack(volume.path("big"), volume.path("packed"))  # one row group of 3 MiB
     code = "import sys; from air_core import FileStream\nfor f in FileStream(sys.argv[1]): pass\n"
     proc = subprocess.Popen([sys.executable, "-c", code, volume.path("packed")],
-                            env=slow_env(slowvol_so, volume, SLOWVOL_MBPS="1"))
+                            env=slow_env(netvol_so, volume, NETVOL_MBPS="1"))
     cache = Path(os.environ["AIR_CACHE_DIR"])
     wait_for(lambda: proc.poll() is not None or any(p.name.endswith(".part") and ".parquet" in p.name and
                                                      p.stat().st_size for p in (cache / "objects").rglob("*")),
@@ -406,10 +406,10 @@ def test_shards_are_copied_onto_the_volume_where_sendfile_copies_only_to_sockets
 
 
 @pytest.mark.slow
-def test_packing_passes_under_object_storage_semantics(volume, slowvol_so, tmp_path):
+def test_packing_passes_under_object_storage_semantics(volume, netvol_so, tmp_path):
     loose = loose_files(volume)
-    env = {**os.environ, "LD_PRELOAD": slowvol_so, "SLOWVOL_STRICT": "1", "SLOWVOL_PREFIX": f"{volume.root}/",
-           "SLOWVOL_OPEN_MS": "0", "SLOWVOL_LIST_MS": "0"}
+    env = {**os.environ, "LD_PRELOAD": netvol_so, "NETVOL_STRICT": "1", "NETVOL_PREFIX": f"{volume.root}/",
+           "NETVOL_OPEN_MS": "0", "NETVOL_LIST_MS": "0"}
     args = [sys.executable, str(RUN), volume.path("d"), volume.path("packed"), str(SHARD)]
     first = json.loads(subprocess.run(args, env=env, capture_output=True, text=True, check=True).stdout)
     volume.write("d/class1/more.bin", b"more")

@@ -253,7 +253,7 @@ def test_bad_input_fails_clearly_on_the_driver(volume, case, error, words):
     assert words in str(e.value)
 
 
-# -- engines: Ray Train, torchrun, slowvol, Delta --------------------------------------------------
+# -- engines: Ray Train, torchrun, netvol, Delta --------------------------------------------------
 
 
 @pytest.mark.slow
@@ -291,17 +291,17 @@ def test_torchrun_ranks_detect_their_slice(volume, ray_cluster, tmp_path):
 
 
 @pytest.mark.slow
-def test_slowvol_trace_first_execution_opens_each_file_once_second_none(volume, slowvol_so, tmp_path):
+def test_netvol_trace_first_execution_opens_each_file_once_second_none(volume, netvol_so, tmp_path):
     paths = volume.files("d", 60)
     parquet = sorted(f"{volume.local_vol}/t/{p}" for p in ("split=train/part-0.parquet", "split=train/part-1.parquet",
                                                             "split=test/part-0.parquet", "split=test/part-1.parquet"))
     rows = write_table(volume, "t")
     trace = tmp_path / "trace"
     trace.touch()
-    env = {**os.environ, "LD_PRELOAD": slowvol_so, "SLOWVOL_PREFIX": f"{volume.root}/", "SLOWVOL_OPEN_MS": "2",
-           "SLOWVOL_MBPS": "0", "SLOWVOL_TRACE": str(trace),
+    env = {**os.environ, "LD_PRELOAD": netvol_so, "NETVOL_PREFIX": f"{volume.root}/", "NETVOL_OPEN_MS": "2",
+           "NETVOL_MBPS": "0", "NETVOL_TRACE": str(trace),
            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
-    proc = subprocess.run([sys.executable, str(SCRIPTS / "ray_slowvol.py"), volume.path("d"), volume.path("t"),
+    proc = subprocess.run([sys.executable, str(SCRIPTS / "ray_netvol.py"), volume.path("d"), volume.path("t"),
                            str(trace)], env=env, capture_output=True, text=True, timeout=180)
     assert proc.returncode == 0, proc.stderr[-4000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])

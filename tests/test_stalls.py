@@ -1,6 +1,6 @@
 """Reads that survive a volume's errors and stalls: retried, failing clearly, hedged when stuck.
 
-Faults come from slowvol in a subprocess; bounds are generous (2 busy cores).
+Faults come from netvol in a subprocess; bounds are generous (2 busy cores).
 """
 
 from __future__ import annotations
@@ -49,10 +49,10 @@ def cache_files(root: Path) -> tuple[list[Path], list[Path]]:
 
 
 @pytest.mark.slow
-def test_transient_errors_are_retried_and_every_file_arrives_once(volume, slowvol_so, tmp_path):
+def test_transient_errors_are_retried_and_every_file_arrives_once(volume, netvol_so, tmp_path):
     paths = volume.files("d", 300, size=lambda i: 3000 + i)
     trace = tmp_path / "trace"
-    r, _ = read_all(volume, slow_env(slowvol_so, volume, trace, SLOWVOL_FAIL_PCT="5", SLOWVOL_SEED="7"), 180)
+    r, _ = read_all(volume, slow_env(netvol_so, volume, trace, NETVOL_FAIL_PCT="5", NETVOL_SEED="7"), 180)
     assert [tuple(g) for g in r["got"]] == expected(volume, paths)
     assert r["misses"] == 300
     entries, _ = cache_files(Path(os.environ["AIR_CACHE_DIR"]))
@@ -60,11 +60,11 @@ def test_transient_errors_are_retried_and_every_file_arrives_once(volume, slowvo
 
 
 @pytest.mark.slow
-def test_a_file_that_stays_unreadable_is_a_clear_error_naming_it(volume, slowvol_so):
+def test_a_file_that_stays_unreadable_is_a_clear_error_naming_it(volume, netvol_so):
     volume.files("d", 30)
     bad = "d/class1/f00004.bin"
     out = subprocess.run([sys.executable, "-c", READ_ALL, volume.path("d")], capture_output=True, text=True,
-                         env=slow_env(slowvol_so, volume, SLOWVOL_FAIL_MATCH="f00004"), timeout=120)
+                         env=slow_env(netvol_so, volume, NETVOL_FAIL_MATCH="f00004"), timeout=120)
     assert out.returncode != 0
     last = out.stderr.strip().splitlines()[-1]
     assert last.startswith("air_core.errors.FetchError: [Errno 5] cannot read ") and volume.path(bad) in last
@@ -72,11 +72,11 @@ def test_a_file_that_stays_unreadable_is_a_clear_error_naming_it(volume, slowvol
 
 
 @pytest.mark.slow
-def test_a_stalled_read_is_hedged_and_the_pass_ends_long_before_the_stall(volume, slowvol_so, tmp_path):
+def test_a_stalled_read_is_hedged_and_the_pass_ends_long_before_the_stall(volume, netvol_so, tmp_path):
     # 0.2% of 1,500 reads stall for a minute: about three stalls per pass, each hedged after ~0.15 s.
     paths = volume.files("d", 1500, size=lambda i: 1000 + i)
     trace = tmp_path / "trace"
-    env = slow_env(slowvol_so, volume, trace, SLOWVOL_HANG_PCT="0.2", SLOWVOL_HANG_MS="60000", SLOWVOL_SEED="3")
+    env = slow_env(netvol_so, volume, trace, NETVOL_HANG_PCT="0.2", NETVOL_HANG_MS="60000", NETVOL_SEED="3")
     r, took = read_all(volume, env, 120)
     assert took < 30, f"the pass took {took:.1f} s: a stalled read was waited for ({r['hedged']} hedged)"
     assert [tuple(g) for g in r["got"]] == expected(volume, paths)

@@ -36,11 +36,11 @@ def test_torchrun_three_ranks_two_workers_cover_the_folder_once(volume, tmp_path
         assert len(got) - len(set(got)) == 1  # 47 over 3 ranks: exactly one repeat
 
 
-def test_a_job_lists_once_and_every_rank_maps_the_same_listing_file(volume, tmp_path, slowvol_so):
+def test_a_job_lists_once_and_every_rank_maps_the_same_listing_file(volume, tmp_path, netvol_so):
     volume.files("d", 30)
     trace = tmp_path / "trace"
-    env = {"LD_PRELOAD": slowvol_so, "SLOWVOL_PREFIX": f"{volume.root}/", "SLOWVOL_OPEN_MS": "0",
-           "SLOWVOL_LIST_MS": "0", "SLOWVOL_TRACE": str(trace)}
+    env = {"LD_PRELOAD": netvol_so, "NETVOL_PREFIX": f"{volume.root}/", "NETVOL_OPEN_MS": "0",
+           "NETVOL_LIST_MS": "0", "NETVOL_TRACE": str(trace)}
     torchrun(SCRIPT, 3, volume.path("d"), str(tmp_path), "none", env=env)
     lists = [line for line in trace.read_text().splitlines() if line.startswith("list ")]
     assert len(lists) == 4  # d/ and its three class folders, by rank 0 alone

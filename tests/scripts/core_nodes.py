@@ -1,9 +1,9 @@
 """One torchrun rank of a job over several nodes: two epochs of its FileStream share through DataLoader workers.
 
-Usage: core_nodes.py VOLUME_PATH OUT_DIR   (SLOWVOL_TRACE set; each node its own AIR_CACHE_DIR)
+Usage: core_nodes.py VOLUME_PATH OUT_DIR   (NETVOL_TRACE set; each node its own AIR_CACHE_DIR)
 
 Writes OUT_DIR/rank{r}.json: its node, the paths it read per epoch, and the
-count of volume opens in slowvol's trace before and after each epoch.
+count of volume opens in netvol's trace before and after each epoch.
 """
 
 import json
@@ -27,7 +27,7 @@ class Paths(IterableDataset):
 
 def opens() -> int:
     dist.barrier()  # every rank is done with the phase before the trace is read
-    with open(os.environ["SLOWVOL_TRACE"]) as f:
+    with open(os.environ["NETVOL_TRACE"]) as f:
         return sum(line.startswith("open ") for line in f)
 
 

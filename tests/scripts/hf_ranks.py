@@ -1,7 +1,7 @@
 """One torchrun rank: stream a volume folder through uc-volume, split for this rank, 2 DataLoader workers.
 
 Usage: hf_ranks.py DATA_DIR HF_CACHE OUT_DIR. Writes OUT_DIR/rank{r}.json with the paths this rank
-read per epoch, the paths of an equalized load, and (rank 0) the slowvol trace length at each phase.
+read per epoch, the paths of an equalized load, and (rank 0) the netvol trace length at each phase.
 """
 
 import json
@@ -25,7 +25,7 @@ def read(ds) -> list[str]:
 
 def trace_lines() -> int:
     dist.barrier()  # every rank is done with the phase before the trace is measured
-    trace = os.environ.get("SLOWVOL_TRACE")
+    trace = os.environ.get("NETVOL_TRACE")
     with open(trace) as f:
         return sum(1 for line in f if line.startswith("open "))
 

@@ -1,6 +1,6 @@
 """A head and two worker nodes, each worker with its own "local disk", reading one volume folder.
 
-Usage: ray_cluster.py VOLUME_PATH WORKDIR CONSUMERS   (as root, slowvol preloaded, SLOWVOL_TRACE set)
+Usage: ray_cluster.py VOLUME_PATH WORKDIR CONSUMERS   (as root, netvol preloaded, NETVOL_TRACE set)
 
 Every node sees the same path WORKDIR/local, and AIR_CACHE_DIR points under
 it; each worker node's raylet runs in its own mount namespace where that path
@@ -47,7 +47,7 @@ def start_in_own_disk(command, process_type, *args, env_updates=None, **kwargs):
 
 
 def opens() -> int:
-    with open(os.environ["SLOWVOL_TRACE"]) as f:
+    with open(os.environ["NETVOL_TRACE"]) as f:
         return sum(line.startswith("open ") for line in f)
 
 

@@ -1,7 +1,7 @@
-"""Under slowvol, in a Ray of its own: which files the volume served in each execution.
+"""Under netvol, in a Ray of its own: which files the volume served in each execution.
 
-Usage: ray_slowvol.py FILES_PATH PARQUET_PATH TRACE
-(run with LD_PRELOAD=slowvol.so and SLOWVOL_TRACE=TRACE; Ray's workers inherit them)
+Usage: ray_netvol.py FILES_PATH PARQUET_PATH TRACE
+(run with LD_PRELOAD=netvol.so and NETVOL_TRACE=TRACE; Ray's workers inherit them)
 Prints one JSON object: the trace's `open` lines per execution, and the files' digests as read.
 """
 
