@@ -25,10 +25,11 @@ from .resume import run_state
 from .pack import PackResult, pack
 from .row_plan import RowGroup, RowSlice, split_rows, unit_of
 from .source import MODES, Mode, Source, check_columns, resolve_source
-from .stream import (
-    DEFAULT_FETCH_THREADS, DEFAULT_PREFETCH, DEFAULT_PREFETCH_BYTES, ON_ERRORS, CachedFile, FileStream, OnError,
-    Skipped, default_fetch_threads, read_items, without_skips,
+from .read import (
+    DEFAULT_FETCH_THREADS, DEFAULT_PREFETCH, DEFAULT_PREFETCH_BYTES, ON_ERRORS, CachedFile, OnError, Skipped,
+    default_fetch_threads, read_items, without_skips,
 )
+from .stream import FileStream
 
 __all__ = [
     "AirError", "BALANCES", "Balance", "Cache", "CacheStats", "CachedFile", "DEFAULT_FETCH_THREADS",

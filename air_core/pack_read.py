@@ -32,7 +32,7 @@ from .listing import list_folder
 from .manifest import Manifest
 from .pack_store import INDEX, OFFSETS, Generation
 from .row_plan import RowGroup
-from .stream import CachedFile
+from .read.files import CachedFile
 
 # Row groups fetched at once, each through its own open (bandwidth is per open): 24 streams in flight. Whole
 # shards, fetched in 8 ranges each, read 20,000 files in 3 shards of 1 GiB under the emulated volume at

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Literal, Sequence
 
 from .errors import OptionError
+from .plan import epoch_order
 
 
 @dataclass(frozen=True)
@@ -43,6 +44,14 @@ def unit_of(piece: RowGroup | RowSlice) -> RowGroup:
     return piece.unit if isinstance(piece, RowSlice) else piece
 
 
+def piece_bytes(piece: RowGroup | RowSlice) -> int:
+    """A piece's share of its row group's uncompressed bytes."""
+    unit = unit_of(piece)
+    if not isinstance(piece, RowSlice) or not unit.num_rows:
+        return unit.nbytes
+    return unit.nbytes * piece.num_rows // unit.num_rows
+
+
 def split_rows(pieces: Sequence[RowGroup | RowSlice], parts: int,
                how: Literal["none", "drop", "pad"] = "none") -> list[list[RowSlice]]:
     """Cut the rows of `pieces` (in order) into `parts` contiguous ranges. Pure.
@@ -62,6 +71,13 @@ def split_rows(pieces: Sequence[RowGroup | RowSlice], parts: int,
     else:
         raise OptionError(f"equalize={how!r}: choose one of ('none', 'pad', 'drop')")
     return [_cut(slices, lo, hi, total) for lo, hi in bounds]
+
+
+def deal_rows(pieces: Sequence[RowGroup | RowSlice], parts: int, *, seed: int, shuffle: bool,
+              equalize: Literal["none", "drop", "pad"]) -> list[list[RowSlice]]:
+    """The rows of `pieces`, taken in a seeded order (with `shuffle`), cut into `parts` contiguous ranges."""
+    order = epoch_order(len(pieces), epoch=0, seed=seed, shuffle=shuffle)
+    return split_rows([pieces[i] for i in order], parts, how=equalize)
 
 
 def _cut(slices: Sequence[RowSlice], lo: int, hi: int, total: int) -> list[RowSlice]:

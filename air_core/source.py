@@ -1,40 +1,36 @@
 """What a front door reads: a volume folder (or a Delta table's export) resolved once, for every process.
 
 `resolve_source` turns what a user gives (a path, globs, extensions, a mode, a Delta
-table) into a `Source`: the folder actually read, its mode ("files": a row
-per file; "parquet": the tables' rows, row group by row group), its listing
-(made once per job, see `dist.list_once`) and, in Parquet mode, its row
-groups and schema; a pack made by `air_core.pack` resolves to mode "pack":
-its listing is the packed files' (read from the pack), its units the
-shards' row groups (see `air_core.pack_store`). Every front door
-(`FileStream`, the `uc-volume` builder, `UCVolumeDatasource`) resolves
-through here, so they accept and refuse the same things with the same words.
+table) into a `Source`: the folder actually read, its mode (which reader
+reads it, see `air_core.read`: "files", a row per file; "parquet", the
+tables' rows, row group by row group; "pack", a pack made by
+`air_core.pack`, read as its files) and its listing (made once per job, see
+`dist.list_once`). Every front door (`FileStream`, the `uc-volume` builder,
+`UCVolumeDatasource`) resolves through here and reads through the source's
+reader, so they accept and refuse the same things with the same words.
 
 A `Source` is small when pickled: it carries the path, the selection and the
 name of a file in the node cache folder that holds its listing, so spawned
 DataLoader workers, Ray tasks and `@distributed` functions load the listing
 there (once per process) instead of receiving it inline. A process on
 another machine, where that file is not, lists the folder again and checks
-that it found the same files.
+that it found the same files. What a reader works out from the files (row
+groups, a schema) is kept once per process too (`Source.held`).
 """
 
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any, Literal, Sequence
+from typing import Any, Callable, Literal, Sequence, TypeVar
 
 from . import dist, options, pack_store, volume
 from .cache import Cache
-from .errors import EmptyVolumeError, ManifestMismatchError, OptionError
+from .errors import ManifestMismatchError, OptionError
 from .listing import list_folder
 from .manifest import Manifest
+from .read import READERS, Reader
 
-if TYPE_CHECKING:
-    import pyarrow as pa
-
-    from .pack_read import Placement
-    from .pack_store import Generation
-    from .row_plan import RowGroup
+T = TypeVar("T")
 
 Mode = Literal["auto", "files", "parquet", "pack"]
 MODES = ("auto", "files", "parquet", "pack")
@@ -51,17 +47,26 @@ class Source:
         path: the volume folder read (for a Delta table, its export's own folder;
             for a pack, its current generation's folder).
         mode: "files", "parquet" or "pack".
+        given: the volume folder as the user named it (a pack's or an export's destination), for messages.
+        cache_dir: the node cache folder given (None: the default), which keeps the listing for other processes.
         fingerprint: the listing's fingerprint: two sources with the same one read the same files.
     """
 
-    def __init__(self, path: str, mode: str, manifest: Manifest, listing: dict, cache_dir: str | None) -> None:
+    def __init__(self, path: str, mode: str, manifest: Manifest, listing: dict, cache_dir: str | None,
+                 given: str | None = None) -> None:
         self.path, self.mode, self.fingerprint = path, mode, manifest.fingerprint
-        self._listing, self._cache_dir = listing, cache_dir
+        self.given = given or path
+        self._listing, self.cache_dir = listing, cache_dir
         self._listing_file: str | None = None
         _remember(self.fingerprint, manifest=manifest)
 
     def __repr__(self) -> str:
         return f"Source({self.path!r}, mode={self.mode!r}, fingerprint={self.fingerprint!r})"
+
+    @property
+    def reader(self) -> Reader:
+        """The reader of this source's format: how every front door plans and reads it."""
+        return READERS[self.mode](self)
 
     @property
     def manifest(self) -> Manifest:
@@ -71,69 +76,28 @@ class Source:
             return held
         if self._listing_file and os.path.exists(self._listing_file):
             manifest = Manifest.load(self._listing_file)
-        elif self.mode == "pack":  # another machine: read the pack's listing there
-            from . import pack_read
-
-            manifest = pack_read.index(self.generation(), self._cache_dir)
-        else:  # another machine: list again, and insist on the same files
-            manifest = _list(self.path, self._listing)
-            if manifest.fingerprint != self.fingerprint:
-                raise ManifestMismatchError(
-                    f"{self.path} changed since it was listed (fingerprint {self.fingerprint}, now "
-                    f"{manifest.fingerprint}): every process must read the same files; make the dataset again"
-                )
+        else:  # another machine: the format's own listing (a pack's), or the folder listed again, the same files
+            manifest = self.reader.own_listing()
+            if manifest is None:
+                manifest = _list(self.path, self._listing)
+                if manifest.fingerprint != self.fingerprint:
+                    raise ManifestMismatchError(
+                        f"{self.path} changed since it was listed (fingerprint {self.fingerprint}, now "
+                        f"{manifest.fingerprint}): every process must read the same files; make the dataset again"
+                    )
         return _remember(self.fingerprint, manifest=manifest)["manifest"]
 
-    def units(self) -> list[RowGroup]:
-        """Every row group, in order: of every file (Parquet mode; footers read once per process), or of
-        every shard (pack mode; `num_rows` are packed files, `file` indexes `shards()`)."""
+    def held(self, name: str, make: Callable[[], T]) -> T:
+        """What this process worked out about the source under `name` (a reader's row groups, schema, ...):
+        made once per process by `make`, and kept for later sources of the same listing."""
         held = _memo.get(self.fingerprint, {})
-        if "units" not in held:
-            from . import pack_read, tabular
-
-            units = pack_read.units(self.generation()) if self.mode == "pack" else tabular.parquet_units(self.manifest)
-            held = _remember(self.fingerprint, units=units)
-        return held["units"]
-
-    def generation(self) -> Generation:
-        """Pack mode: the generation read, as its marker describes it."""
-        held = _memo.get(self.fingerprint, {})
-        if "generation" not in held:
-            held = _remember(self.fingerprint, generation=pack_store.load_generation(self.path))
-        return held["generation"]
-
-    def shards(self) -> Manifest:
-        """Pack mode: the shard files, listed."""
-        held = _memo.get(self.fingerprint, {})
-        if "shards" not in held:
-            from . import pack_read
-
-            held = _remember(self.fingerprint, shards=pack_read.shards(self.generation()))
-        return held["shards"]
-
-    def placement(self) -> Placement:
-        """Pack mode: where each packed file lies, in its row group's byte range of its shard."""
-        held = _memo.get(self.fingerprint, {})
-        if "placement" not in held:
-            from . import pack_read
-
-            where = pack_read.placement(self.units(), pack_read.offsets(self.generation(), self._cache_dir),
-                                        self.manifest.sizes)
-            held = _remember(self.fingerprint, placement=where)
-        return held["placement"]
-
-    def schema(self) -> pa.Schema:
-        """Parquet mode: the tables' schema, hive partition columns appended as strings."""
-        held = _memo.get(self.fingerprint, {})
-        if "schema" not in held:
-            from . import tabular
-
-            held = _remember(self.fingerprint, schema=tabular.schema(self.manifest, self.units()))
-        return held["schema"]
+        if name not in held:
+            held = _remember(self.fingerprint, **{name: make()})
+        return held[name]
 
     def __getstate__(self) -> dict:
         if self._listing_file is None:
-            self._listing_file = dist.save_listing(self.manifest, _listings(self._cache_dir))
+            self._listing_file = dist.save_listing(self.manifest, _listings(self.cache_dir))
         return dict(self.__dict__)
 
 
@@ -188,7 +152,7 @@ def resolve_source(
         listing = {"table": delta_table, "version": delta_version}
         manifest = dist.list_once(lambda: _list(None, listing), _listings(cache_dir))
         return _finish(Source(manifest.root, "parquet", manifest, listing, cache_dir))
-    path = volume.parse(path).path
+    path = given = volume.parse(path).path
     if delta_table is not None:
         if mode == "files":
             raise OptionError("delta_table= exports the table's rows as Parquet: leave mode unset, "
@@ -207,7 +171,7 @@ def resolve_source(
         path = current_export(path) or path  # an export's destination reads as its current export
         packed = pack_store.pack_folder(path)
         if packed is not None and mode != "parquet":
-            return _pack_source(packed, include, exclude, file_extensions, cache_dir)
+            return _pack_source(packed, path, include, exclude, file_extensions, cache_dir)
         if mode == "parquet" and packed is not None:
             path = packed
     if mode == "pack":
@@ -220,12 +184,11 @@ def resolve_source(
         if manifest.root != path:
             raise OptionError(f"manifest= lists {manifest.root}, not {path}")
         dist.check_same(manifest)
-    return _finish(Source(path, _mode(manifest, mode), manifest, listing, cache_dir))
+    return _finish(Source(path, _mode(manifest, mode), manifest, listing, cache_dir, given))
 
 
 def _finish(source: Source) -> Source:
-    if source.mode == "parquet" and not sum(u.num_rows for u in source.units()):
-        raise EmptyVolumeError(f"{source.path} holds Parquet files but no rows")
+    source.reader.validate()
     return source
 
 
@@ -238,7 +201,7 @@ def _list(path: str | None, listing: dict) -> Manifest:
     return list_folder(path, **listing)
 
 
-def _pack_source(folder: str, include: Globs, exclude: Globs, file_extensions: Sequence[str] | None,
+def _pack_source(folder: str, given: str, include: Globs, exclude: Globs, file_extensions: Sequence[str] | None,
                  cache_dir: str | None) -> Source:
     if include is not None or exclude is not None or file_extensions is not None:
         raise OptionError(f"{folder} is a pack, read whole: choose the files when packing "
@@ -247,8 +210,9 @@ def _pack_source(folder: str, include: Globs, exclude: Globs, file_extensions: S
 
     generation = pack_store.load_generation(folder)
     manifest = dist.list_once(lambda: pack_read.index(generation, cache_dir), _listings(cache_dir))
-    _remember(manifest.fingerprint, generation=generation)
-    return Source(folder, "pack", manifest, {}, cache_dir)
+    source = Source(folder, "pack", manifest, {}, cache_dir, given)
+    source.held("generation", lambda: generation)
+    return source
 
 
 def check_columns(columns: Any, names: Sequence[str]) -> None:

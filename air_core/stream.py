@@ -1,166 +1,26 @@
-"""FileStream: manifest + plan + cache + fetch pool -> the files of one stream.
+"""FileStream: the files of one (rank, worker) stream, the core's own front door.
 
-The one engine behind every front door. A stream is small when pickled (its
-`Source` carries the listing's file, not the listing), so it can be handed to
-spawned DataLoader workers, Ray tasks and `@distributed` functions.
+It resolves a `Source`, plans its share and reads it through the source's
+reader (loose files, or a pack's files). A stream is small when pickled
+(its `Source` carries the listing's file, not the listing), so it can be
+handed to spawned DataLoader workers, Ray tasks and `@distributed` functions.
 """
 
 from __future__ import annotations
 
-import logging
-import os
-from typing import Iterable, Iterator, Literal, NamedTuple, Sequence
+from typing import Iterator, Sequence
 
-from . import dist, options, pack_plan, resume, volume
+from . import dist, options, resume
 from . import plan as plan_mod
-from .cache import Cache, read_bytes, read_fd
-from .errors import FetchError, OptionError, StateError
-from .fetch import ordered_map, retrying
+from .cache import Cache
+from .errors import StateError
 from .grid import Grid
 from .manifest import Manifest
+from .read import (
+    DEFAULT_PREFETCH, DEFAULT_PREFETCH_BYTES, ON_ERRORS, CachedFile, OnError, Skipped, default_fetch_threads,
+    without_skips,
+)
 from .source import resolve_source
-
-log = logging.getLogger("air_core")
-
-OnError = Literal["raise", "skip"]
-ON_ERRORS = ("raise", "skip")
-DEFAULT_FETCH_THREADS = 64
-WORKER_FETCH_THREADS = 32
-DEFAULT_PREFETCH = 256
-DEFAULT_PREFETCH_BYTES = 512 << 20
-
-
-def default_fetch_threads(num_workers: int | None = None) -> int:
-    """Reads in flight per stream: 64 in a process of its own, 32 when several DataLoader workers share the cores.
-
-    Beyond that, a worker's fetch threads contend with its consumer and with
-    the other workers more than their reads overlap (2,000 files under the
-    emulated volume, 2 cores: 2 workers read 4,735 files/s at 32 threads each
-    and 3,430 at 64; 6 workers 4,746 and 2,417). `num_workers` defaults to the
-    DataLoader worker count detected now.
-    """
-    if num_workers is None:
-        num_workers = dist.detect_worker()[1]
-    return WORKER_FETCH_THREADS if num_workers > 1 else DEFAULT_FETCH_THREADS
-
-
-class CachedFile(NamedTuple):
-    """One file of a stream (a named tuple: built once per file, so it must be cheap).
-
-    Attributes:
-        path: the volume path (`/Volumes/c/s/v/...`).
-        local_path: a local path to read: the cached copy, or the volume file
-            itself when the cache was full (then `cached` is False); empty for
-            a file read from a pack, whose bytes are in `data`.
-        size: size in bytes.
-        index: the file's index in the manifest.
-        cached: whether `local_path` is a node-local cached copy.
-        data: the bytes, when the file was streamed past a full cache or read from a pack.
-    """
-
-    path: str
-    local_path: str
-    size: int
-    index: int
-    cached: bool = True
-    data: bytes | None = None
-
-    def read_bytes(self) -> bytes:
-        """The file's bytes (already in memory when it was streamed past a full cache)."""
-        if self.data is not None:
-            return self.data
-        fd = os.open(self.local_path, os.O_RDONLY)
-        try:
-            return read_fd(fd, self.size)
-        finally:
-            os.close(fd)
-
-
-class Skipped(NamedTuple):
-    """A file left out under `on_error="skip"`: it stayed unreadable through every retry.
-
-    Attributes:
-        path: the volume path.
-        index: the file's index in the manifest.
-        error: what the last attempt met.
-    """
-
-    path: str
-    index: int
-    error: str
-
-
-def without_skips(records: Iterable[CachedFile | Skipped], *, keep_count: bool) -> Iterator[CachedFile]:
-    """The files of `records`, each `Skipped` one logged and left out.
-
-    With `keep_count` (equal counts were asked for: a rank short of one file
-    would hang DDP at the end of the epoch), a skipped file is stood in for
-    by the file delivered before it, or by the next one when it comes first,
-    as `equalize="pad"` repeats files.
-    """
-    last: CachedFile | None = None
-    owed = 0
-    for r in records:
-        if isinstance(r, Skipped):
-            log.warning("skipped %s, which stays unreadable: %s", r.path, r.error)
-            if not keep_count:
-                continue
-            if last is None:
-                owed += 1
-                continue
-            r = last
-        last = r
-        for _ in range(owed + 1):
-            yield r
-        owed = 0
-
-
-def read_items(
-    manifest: Manifest,
-    items: Iterable[int],
-    cache: Cache,
-    *,
-    fetch_threads: int = DEFAULT_FETCH_THREADS,
-    prefetch: int = DEFAULT_PREFETCH,
-    prefetch_bytes: int = DEFAULT_PREFETCH_BYTES,
-    local_root: str | None = None,
-    on_error: OnError = "raise",
-) -> Iterator[CachedFile | Skipped]:
-    """Fetch manifest items through the cache, ahead of the consumer, in order.
-
-    `local_root` is where `manifest.root` lives on this machine (default: mapped
-    by this process's `AIR_VOLUMES_ROOT`); a process reading what another one
-    listed, such as a Ray task, passes the lister's. A file that stays
-    unreadable raises `FetchError`, or with `on_error="skip"` is yielded as a
-    `Skipped` in its place (see `without_skips`).
-    """
-    local_root = local_root or volume.parse(manifest.root).local
-    root, paths, sizes, mtimes = manifest.root, manifest.paths, manifest.sizes, manifest.mtimes
-
-    def fetch(i: int) -> CachedFile:
-        path, size, mtime = paths[i], int(sizes[i]), int(mtimes[i])
-        vpath, src = f"{root}/{path}", f"{local_root}/{path}"
-
-        def once() -> CachedFile:
-            entry = cache.get(src, vpath, size, mtime)
-            if entry is not None:
-                return CachedFile(vpath, entry, size, i)
-            return CachedFile(vpath, src, size, i, cached=False, data=read_bytes(src, vpath, size, mtime))
-
-        try:
-            return retrying(once, vpath)
-        except FetchError as e:
-            if on_error == "raise":
-                raise
-            return Skipped(vpath, i, str(e))
-
-    def hit(i: int) -> CachedFile | None:
-        vpath, size = f"{root}/{paths[i]}", int(sizes[i])
-        entry = cache.lookup(vpath, size, int(mtimes[i]))
-        return None if entry is None else CachedFile(vpath, entry, size, i)
-
-    return ordered_map(fetch, ((i, int(sizes[i])) for i in items), threads=fetch_threads,
-                       max_ahead=prefetch, max_bytes=prefetch_bytes, quick=hit)
 
 
 class FileStream:
@@ -228,10 +88,8 @@ class FileStream:
         options.choice("on_error", on_error, ON_ERRORS)
         self._source = resolve_source(path, mode="files", include=include, exclude=exclude, cache_dir=cache_dir,
                                       manifest=manifest)
+        self._source.reader.check(balance=balance, on_error=on_error)
         self.path, self.mode = self._source.path, self._source.mode
-        if self.mode == "pack" and (balance != "bytes" or on_error != "raise"):
-            raise OptionError(f"{path} is a pack: its streams take neighbouring row groups, by count, and an "
-                              "unreadable shard cannot be skipped file by file; leave balance= and on_error= unset")
         self._plan_opts = {"seed": seed, "shuffle": bool(shuffle), "balance": balance, "equalize": equalize}
         self._rank, self._world_size = dist.detect_rank(rank, world_size)
         Grid(self._rank, self._world_size)
@@ -278,15 +136,7 @@ class FileStream:
 
     def __len__(self) -> int:
         """Files this rank reads per epoch, all its DataLoader workers together."""
-        if self.mode == "pack":
-            units = [u.num_rows for u in self._source.units()]
-            return pack_plan.rank_counts(units, self._world_size, equalize=self._plan_opts["equalize"])[self._rank]
-        m, o = self.manifest, self._plan_opts
-        epoch = plan_mod.Epoch(m.sizes, epoch=self._epoch, seed=o["seed"], shuffle=o["shuffle"],
-                               by_size=m.largest_first)
-        # This rank's share alone: dealing every rank's in read order would sort all of them.
-        deal = plan_mod.Deal(epoch, self._world_size, balance=o["balance"], equalize=o["equalize"], excluded=None)
-        return len(deal.share(self._rank))
+        return self._source.reader.rank_count(self._rank, self._world_size, epoch=self._epoch, **self._plan_opts)
 
     # -- iteration and resume ----------------------------------------------------
 
@@ -303,26 +153,14 @@ class FileStream:
         items = self._plan(grid, resumed_from)
         self._grid, self._consumed, self._resumed_from = grid, done, resumed_from
         self.skipped = []
-        if self.mode == "pack":
-            from .pack_read import read_files
-
-            source = self._source
-            records = read_files(self.manifest, source.placement(), source.shards(), items[done:], self.cache)
-            yield from self._positions(records)  # type: ignore[misc]
-            return
         fetch = dict(self._fetch)
         fetch["fetch_threads"] = fetch["fetch_threads"] or default_fetch_threads(grid.num_workers)
-        records = read_items(self.manifest, items[done:], self.cache, **fetch)
+        records = self._source.reader.read_files(items[done:], self.cache, **fetch)
         yield from without_skips(self._positions(records), keep_count=self._plan_opts["equalize"] != "none")
 
     def _plan(self, grid: Grid, resumed_from: dict | None) -> list[int]:
-        """This stream's items after resuming the run `resumed_from`: files, or a pack's files by row group."""
-        if self.mode == "pack":
-            opts = {k: v for k, v in self._plan_opts.items() if k != "balance"}
-            return pack_plan.plan([u.num_rows for u in self._source.units()], grid, resumed_from, epoch=self._epoch,
-                                  **opts)
-        m = self.manifest
-        return resume.plan(m.sizes, grid, resumed_from, epoch=self._epoch, by_size=m.largest_first, **self._plan_opts)
+        """This stream's items after resuming the run `resumed_from`."""
+        return self._source.reader.plan(grid, resumed_from, epoch=self._epoch, **self._plan_opts)
 
     def _positions(self, records: Iterator[CachedFile | Skipped]) -> Iterator[CachedFile | Skipped]:
         # A skipped file's place in the plan is passed like a delivered one's: a resume goes on after it.

@@ -21,7 +21,7 @@ from .errors import ParquetError
 from .fetch import ordered_map
 from .manifest import Manifest
 from .row_plan import RowGroup, RowSlice, unit_of
-from .stream import CachedFile, read_items
+from .read.files import CachedFile, read_items
 
 FOOTER_THREADS = 32
 _OPEN_FILES = 8

@@ -4,11 +4,12 @@ The builder lists the volume itself, through the core, when it is made (the
 listing's fingerprint joins the config id, so the Arrow cache of a
 non-streaming load is rebuilt when files change). What to read is resolved by
 `air_core.resolve_source`, as every front door does; its `Source` carries the
-listing to DataLoader workers as a file in the node cache folder. Shards are lists of
-manifest indices (files mode) or of row ranges (Parquet mode, and pack mode:
-a pack made by `air_core.pack` gives the rows files mode gives for the loose
-files, each read from its shard's cached copy, row group by row group). Every read goes through the core's node
-cache and fetch pool, ahead of the consumer.
+listing to DataLoader workers as a file in the node cache folder. The
+source's reader says which options apply, cuts each split into the
+reader's pieces (files, or row groups and row ranges), deals them into
+shards, and reads them through the core's node cache and fetch pool, ahead
+of the consumer. This module adds what is HF's: features, shards in
+`gen_kwargs`, and a file's row (`decode=`, `labels=`).
 """
 
 from __future__ import annotations
@@ -23,14 +24,13 @@ import pyarrow as pa
 
 from air_core import (
     EQUALIZES, MODES, ON_ERRORS, Cache, OptionError, Source, check_columns, default_fetch_threads, detect_rank,
-    freeze_inherited,
-    read_items, resolve_source, tabular, volume, without_skips,
+    freeze_inherited, resolve_source, volume, without_skips,
 )
 from air_core import options as check
-from air_core import pack_plan, pack_read
+from air_core.read import TableReader
 
 from . import rows
-from .shards import file_shards, row_shards, shard_count
+from .shards import check_drop, shard_count
 from .split_layout import by_split
 
 FILES_PER_TABLE = 64
@@ -129,23 +129,15 @@ def _resolve(config: UCVolumeConfig) -> Source:
 
 
 def _features(config: UCVolumeConfig, source: Source) -> datasets.Features:
-    """The rows' features; options that do not fit the source's mode are refused here, at setup."""
-    if source.mode == "parquet":
-        if config.decode != "path" or config.labels or config.on_error != "raise":
-            raise OptionError("decode=, labels= and on_error= apply to files mode: the Parquet mode's rows are "
-                              "the tables' rows (skipping a file would drop rows of the table); pass "
-                              "mode='files' to read Parquet files as files")
-        schema = source.schema()
+    """The rows' features; options that do not fit the source's format are refused here, at setup."""
+    reader = source.reader
+    reader.check(decode=config.decode, labels=config.labels, on_error=config.on_error, columns=config.columns)
+    if isinstance(reader, TableReader):
+        schema = reader.schema()
         if config.columns is not None:
             check_columns(config.columns, schema.names)
             schema = pa.schema([schema.field(c) for c in config.columns])
         return datasets.Features.from_arrow_schema(schema)
-    if config.columns is not None:
-        raise OptionError("columns= applies to Parquet mode: a row per file has the columns "
-                          "path, local_path, size and what decode= adds")
-    if source.mode == "pack" and config.on_error != "raise":
-        raise OptionError(f"on_error= applies to loose files: {config.data_dir} is a pack, whose files are read "
-                          "a row group at a time from its shards")
     manifest = source.manifest
     rows.check_media(manifest, config.decode)
     return rows.features(config.decode, rows.label_names(manifest) if config.labels else None)
@@ -175,25 +167,15 @@ class UCVolume(datasets.ArrowBasedBuilder):
         return datasets.DatasetInfo(features=self._features)
 
     def _split_generators(self, dl_manager) -> list[datasets.SplitGenerator]:
-        c, manifest = self.config, self._source.manifest
+        c, reader = self.config, self._source.reader
         world_size = c.world_size or detect_rank()[1]
-        units = self._source.units() if self._source.mode in ("parquet", "pack") else None
         generators = []
-        for split, files in by_split(manifest.paths.tolist()).items():
-            if self._source.mode == "pack":
-                mine = pack_plan.pieces(units, files)
-                n = shard_count(len(mine), world_size=world_size, num_workers=c.num_workers)
-                shards = row_shards(mine, n, seed=c.seed, shuffle=c.shuffle, equalize=c.equalize)
-            elif units is None:
-                n = shard_count(len(files), world_size=world_size, num_workers=c.num_workers)
-                dealt = file_shards(manifest.sizes[files], n, seed=c.seed, shuffle=c.shuffle,
-                                    equalize=c.equalize)
-                shards: list = [[files[k] for k in shard] for shard in dealt]
-            else:
-                member = set(files)
-                mine = [u for u in units if u.file in member]
-                n = shard_count(len(mine), world_size=world_size, num_workers=c.num_workers)
-                shards = row_shards(mine, n, seed=c.seed, shuffle=c.shuffle, equalize=c.equalize)
+        for split, files in by_split(self._source.manifest.paths.tolist()).items():
+            pieces = reader.pieces(files)
+            n = shard_count(len(pieces), world_size=world_size, num_workers=c.num_workers)
+            if c.equalize == "drop":
+                check_drop(reader.count(pieces), reader.counts, n)
+            shards = reader.deal(pieces, n, seed=c.seed, shuffle=c.shuffle, equalize=c.equalize)
             # A list in gen_kwargs is what datasets shards over: one element per shard.
             generators.append(datasets.SplitGenerator(name=split, gen_kwargs={"shards": shards}))
         return generators
@@ -207,26 +189,20 @@ class UCVolume(datasets.ArrowBasedBuilder):
 
     def _generate_tables(self, shards: list) -> Iterator[tuple[int, pa.Table]]:
         freeze_inherited()
-        c, manifest = self.config, self._source.manifest
+        c, reader = self.config, self._source.reader
         cache = Cache(c.node_cache_dir, limit_bytes=c.node_cache_limit)
         threads = c.fetch_threads or default_fetch_threads()
-        if self._source.mode == "parquet":
-            pieces = [piece for shard in shards for piece in shard]
-            tables = tabular.read_units(manifest, pieces, cache, columns=c.columns, fetch_threads=threads)
+        pieces = [piece for shard in shards for piece in shard]
+        if isinstance(reader, TableReader):
             names = list(self._features)
+            tables = reader.read_tables(pieces, cache, columns=c.columns, fetch_threads=threads)
             yield from enumerate(t.select(names) for t in tables)
             return
         features = self._features
         schema = features.arrow_schema
-        if self._source.mode == "pack":  # files mode's rows, each file read from its shard's cached copy
-            source = self._source
-            pieces = [piece for shard in shards for piece in shard]
-            items = pack_plan.files_of(source.units(), pieces, seed=c.seed, shuffle=c.shuffle)
-            files = pack_read.read_files(manifest, source.placement(), source.shards(), items, cache)
-        else:
-            items = [i for shard in shards for i in shard]
-            files = without_skips(read_items(manifest, items, cache, fetch_threads=threads, on_error=c.on_error),
-                                  keep_count=c.equalize != "none")
+        items = reader.files_of(pieces, seed=c.seed, shuffle=c.shuffle)
+        files = without_skips(reader.read_files(items, cache, fetch_threads=threads, on_error=c.on_error),
+                              keep_count=c.equalize != "none")
         for k, batch in enumerate(iter(lambda: list(islice(files, FILES_PER_TABLE)), [])):
-            yield k, rows.table(batch, manifest, features, schema, c.decode,
+            yield k, rows.table(batch, self._source.manifest, features, schema, c.decode,
                                 embed_media=self._embed_media)

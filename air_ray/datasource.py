@@ -1,11 +1,13 @@
 """UCVolumeDatasource: a Unity Catalog volume folder as a Ray Dataset.
 
-The driver lists the folder once (in `__init__`, rank 0 broadcasting when
-torch.distributed is up), keeps this rank's share, and deals it into
-byte-balanced read tasks. Each task carries only its own rows of the listing
-and reads through the cache of the node it runs on, so a second execution
-reads nothing from the volume. Two modes: files (one row per file) and
-Parquet (the tables' rows, row group by row group, hive partition columns kept).
+The driver resolves the folder once (in `__init__`, rank 0 listing and
+broadcasting when torch.distributed is up); the source's reader gives this
+rank's share, and its pieces are dealt into byte-balanced read tasks. Each
+task carries only its own `Part` (its rows of the listing) and reads
+through the cache of the node it runs on, so a second execution reads
+nothing from the volume. Rows are a file's (loose files, a pack's files:
+`path`, `local_path`, `size`, `bytes`) or a table's (Parquet, hive
+partition columns kept); the datasource never asks which format it has.
 
 On a cluster of several nodes, `read_uc_volume` gives each node its own read
 operator over a fixed part of the data (see `placement`), so every node reads
@@ -33,16 +35,14 @@ from ray.util.annotations import RayDeprecationWarning
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from air_core import (
-    DEFAULT_FETCH_THREADS, EQUALIZES, ON_ERRORS, Equalize, Grid, Manifest, Mode, OnError, OptionError, RowGroup,
-    RowSlice,
-    check_columns, default_dir, detect_rank, entry_path_length, epoch_order, rank_share, resolve_source, split_rows,
-    volume,
+    DEFAULT_FETCH_THREADS, EQUALIZES, ON_ERRORS, Equalize, Grid, Manifest, Mode, OnError, OptionError,
+    check_columns, default_dir, detect_rank, entry_path_length, resolve_source,
 )
 from air_core import options as check
-from air_core import pack_plan
+from air_core.read import TableReader
 
 from . import placement, task_plan
-from .task_read import TaskSource, bytes_type, files_read_fn, files_schema, pack_read_fn, parquet_read_fn
+from .task_read import TaskSource, bytes_type, files_read_fn, files_schema, table_read_fn
 
 Shuffle = Literal["files"] | FileShuffleConfig | None
 DEFAULT_BLOCK_BYTES = 128 << 20
@@ -157,27 +157,17 @@ class UCVolumeDatasource(Datasource):
         self._source = resolve_source(path, mode=mode, include=include, exclude=exclude,
                                       file_extensions=file_extensions, delta_table=delta_table,
                                       delta_version=delta_version, spark=spark, cache_dir=cache_dir)
-        parquet, self._pack = self._source.mode == "parquet", self._source.mode == "pack"
-        if on_error != "raise" and self._pack:
-            raise OptionError(f"on_error= is for loose files: {path} is a pack, read a row group at a time")
-        if include_bytes and parquet:
-            raise OptionError("include_bytes=True is for files mode: Parquet mode already reads the tables' rows")
-        if on_error != "raise" and parquet:
-            raise OptionError("on_error= is for files mode: in Parquet mode skipping a file would drop rows of "
-                              "the table")
-        if not parquet:
+        reader = self._source.reader
+        reader.check(on_error=on_error, include_bytes=include_bytes)
+        self._tables = isinstance(reader, TableReader)
+        if not self._tables:
             fetch["on_error"] = on_error
-        manifest = self._source.manifest
-        self._parquet = parquet
-        self._include_paths = (not parquet) if include_paths is None else bool(include_paths)
-        self._want_bytes = None if include_bytes is None else bool(include_bytes) and not parquet
-        read = self._source.shards() if self._pack else manifest  # what tasks fetch: shards, or the files
-        self._tasks = TaskSource(
-            root=read.root, local_root=volume.parse(read.root).local, fingerprint=read.fingerprint,
-            cache_dir=cache_dir and os.path.abspath(cache_dir), cache_limit=cache_limit, fetch=fetch,
-        )
+        self._include_paths = (not self._tables) if include_paths is None else bool(include_paths)
+        self._want_bytes = None if include_bytes is None else bool(include_bytes)
+        self._tasks = TaskSource(cache_dir=cache_dir and os.path.abspath(cache_dir), cache_limit=cache_limit,
+                                 fetch=fetch)
         self._placed: np.ndarray | None = None  # by bucket: whether this copy reads it (see `by_node`)
-        self._bucket: np.ndarray | None = None  # by item: its bucket, once a copy is placed
+        self._bucket: np.ndarray | None = None  # by piece key: its bucket, once a copy is placed
         self._estimate = self._check_share()
 
     @functools.cached_property
@@ -194,21 +184,21 @@ class UCVolumeDatasource(Datasource):
     # -- what Ray asks of a datasource -------------------------------------------------------
 
     def get_name(self) -> str:
-        return "UCVolumeParquet" if self._parquet else "UCVolumePack" if self._pack else "UCVolumeFiles"
+        return f"UCVolume{self._source.mode.capitalize()}"
 
     def estimate_inmemory_data_size(self) -> int:
         rows, contents = self._estimate
         return rows + contents * (self._contents_type is not None)
 
     def supports_projection_pushdown(self) -> bool:
-        return self._parquet
+        return self._tables
 
     def schema(self) -> pa.Schema:
         """The rows' schema (projected when columns were selected)."""
-        if not self._parquet:
+        if not self._tables:
             return files_schema(include_paths=self._include_paths, contents_type=self._contents_type)
         columns = self._get_data_columns()
-        s = self._source.schema()
+        s = self._source.reader.schema()
         if self._include_paths:
             s = s.append(pa.field("path", pa.string()))
         return s if columns is None else pa.schema([s.field(c) for c in columns if c in s.names])
@@ -223,11 +213,28 @@ class UCVolumeDatasource(Datasource):
         epoch = data_context._execution_idx if data_context is not None and self._reseed else 0
         context = data_context or DataContext.get_current()
         block_bytes = context.target_max_block_size or DEFAULT_BLOCK_BYTES
-        if self._parquet:
-            return self._parquet_tasks(epoch, parallelism, per_task_row_limit)
-        if self._pack:
-            return self._pack_tasks(epoch, parallelism, per_task_row_limit, block_bytes)
-        return self._file_tasks(epoch, parallelism, per_task_row_limit, block_bytes)
+        reader = self._source.reader
+        pieces = self._share(epoch)
+        parts = task_plan.task_count(len(pieces), parallelism, min_per_task=reader.pieces_per_task)
+        columns = self._get_data_columns() if self._tables else None
+        schema = self.schema()
+        tasks = []
+        for group in task_plan.groups(reader.weights(pieces), parts):
+            part = reader.part([pieces[k] for k in group], epoch=epoch, seed=self._seed or 0,
+                               shuffle=self._seed is not None)
+            if self._tables:
+                read_fn = table_read_fn(self._tasks, part, columns=columns, include_paths=self._include_paths and (
+                    columns is None or "path" in columns))
+                size = part.nbytes
+            else:
+                read_fn = files_read_fn(self._tasks, part, include_paths=self._include_paths,
+                                        contents_type=self._contents_type, max_block_bytes=block_bytes,
+                                        max_block_rows=per_task_row_limit, keep_count=self._equalize != "none")
+                size = self._row_bytes(self._source.manifest, part.files)
+                size += part.nbytes if self._contents_type is not None else 0
+            meta = BlockMetadata(num_rows=part.rows, size_bytes=size, input_files=part.input_files, exec_stats=None)
+            tasks.append(ReadTask(read_fn, meta, schema=schema, per_task_row_limit=per_task_row_limit))
+        return tasks
 
     def by_node(self, nodes: Mapping[str, float]) -> dict[str, UCVolumeDatasource]:
         """This datasource cut into one datasource per node, each to be read on its node.
@@ -257,60 +264,35 @@ class UCVolumeDatasource(Datasource):
     # -- planning ------------------------------------------------------------------------------
 
     def _buckets(self) -> tuple[list[int], np.ndarray]:
-        """(bytes of each bucket, bucket of each item): items are the listing's files, or this rank's pieces."""
-        if self._parquet:
-            weights = np.array([task_plan.piece_bytes(p) for p in self._parquet_pieces()], dtype=np.int64)
-        else:
-            weights = self._source.manifest.sizes
+        """(bytes of each bucket, bucket of each piece key): this rank's pieces, keyed as its reader keys them."""
+        weights = self._source.reader.share_weights(self._rank, self._world_size, equalize=self._equalize)
         count = placement.bucket_count(len(weights))
         bucket = placement.buckets(weights, count)
         return np.bincount(bucket, weights=weights, minlength=count).astype(np.int64).tolist(), bucket
 
-    def _mine(self, items: list[int]) -> list[int]:
-        """The items (files, or this rank's pieces) of `items` this copy reads, in the same order."""
+    def _share(self, epoch: int) -> list:
+        """The pieces this copy reads in `epoch`, in read order: this rank's, less other nodes' buckets."""
+        keys, pieces = self._source.reader.share(self._rank, self._world_size, epoch=epoch, seed=self._seed or 0,
+                                                 shuffle=self._seed is not None, equalize=self._equalize)
         if self._placed is None:
-            return items
+            return pieces
         if self._bucket is None:
             self._bucket = self._buckets()[1]
-        return [i for i, keep in zip(items, self._placed[self._bucket[items]].tolist()) if keep]
-
-    def _files_share(self, epoch: int) -> list[int]:
-        manifest = self._source.manifest
-        return self._mine(rank_share(
-            manifest.sizes, rank=self._rank, world_size=self._world_size, epoch=epoch, seed=self._seed or 0,
-            shuffle=self._seed is not None, equalize=self._equalize, by_size=manifest.largest_first,
-        ))
-
-    def _parquet_pieces(self) -> list[RowGroup | RowSlice]:
-        """This rank's pieces, in the same order every execution."""
-        units = self._source.units()
-        if self._world_size == 1 and self._equalize == "none":
-            return [u for u in units if u.num_rows]
-        return split_rows(units, self._world_size, self._equalize)[self._rank]
-
-    def _parquet_share(self, epoch: int) -> list[RowGroup | RowSlice]:
-        pieces = self._parquet_pieces()
-        order = epoch_order(len(pieces), epoch=epoch, seed=self._seed or 0, shuffle=self._seed is not None)
-        return [pieces[k] for k in self._mine(order)]
+        return [p for p, keep in zip(pieces, self._placed[self._bucket[keys]].tolist()) if keep]
 
     def _check_share(self) -> tuple[int, int]:
         """Raise on the driver if this copy would read nothing; return its in-memory size (rows, contents)."""
-        manifest = self._source.manifest
-        if self._parquet or self._pack:
-            pieces = self._parquet_share(0)
-            if not pieces:
-                raise OptionError(
-                    f"rank {self._rank} of {self._world_size} gets no rows of {manifest.root}: "
-                    "use equalize='pad', or fewer ranks"
-                )
-            return sum(task_plan.piece_bytes(p) for p in pieces), 0
-        items = self._files_share(0)
-        if not items:
+        reader, manifest = self._source.reader, self._source.manifest
+        pieces = self._share(0)
+        if not pieces:
             raise OptionError(
-                f"rank {self._rank} of {self._world_size} gets no file of {manifest.root} ({len(manifest)} "
-                "files): use equalize='pad', or fewer ranks"
+                f"rank {self._rank} of {self._world_size} gets no {reader.counts} of {self._source.given}: "
+                "use equalize='pad', or fewer ranks"
             )
-        return self._row_bytes(manifest, items), int(manifest.sizes[items].sum())
+        if self._tables:
+            return sum(reader.weights(pieces)), 0
+        files = reader.files_of(pieces, seed=0, shuffle=False)
+        return self._row_bytes(manifest, files), int(manifest.sizes[np.asarray(files, dtype=np.int64)].sum())
 
     def _row_bytes(self, manifest: Manifest, items: Sequence[int]) -> int:
         """Arrow bytes of the rows of files `items` but their contents: their strings and sizes."""
@@ -321,66 +303,6 @@ class UCVolumeDatasource(Datasource):
         if self._include_paths:
             n += len(items) * (len(manifest.root) + 1) + int(paths.sum())
         return n
-
-    def _file_tasks(self, epoch: int, parallelism: int, row_limit: int | None, block_bytes: int) -> list[ReadTask]:
-        manifest = self._source.manifest
-        items = self._files_share(epoch)
-        schema = files_schema(include_paths=self._include_paths, contents_type=self._contents_type)
-        parts = task_plan.task_count(len(items), parallelism, min_per_task=task_plan.MIN_FILES_PER_TASK)
-        tasks = []
-        for group in task_plan.groups(manifest.sizes[items].tolist(), parts):
-            chosen = [items[p] for p in group]
-            rows = manifest.rows(chosen)
-            read_fn = files_read_fn(self._tasks, rows, include_paths=self._include_paths,
-                                    contents_type=self._contents_type, max_block_bytes=block_bytes,
-                                    max_block_rows=row_limit, keep_count=self._equalize != "none")
-            contents = int(manifest.sizes[chosen].sum()) if self._contents_type is not None else 0
-            meta = BlockMetadata(num_rows=len(rows),
-                                 size_bytes=self._row_bytes(manifest, chosen) + contents,
-                                 input_files=[f"{manifest.root}/{r[0]}" for r in rows], exec_stats=None)
-            tasks.append(ReadTask(read_fn, meta, schema=schema, per_task_row_limit=row_limit))
-        return tasks
-
-    def _parquet_tasks(self, epoch: int, parallelism: int, row_limit: int | None) -> list[ReadTask]:
-        manifest = self._source.manifest
-        pieces = self._parquet_share(epoch)
-        columns = self._get_data_columns()
-        schema = self.schema()
-        parts = task_plan.task_count(len(pieces), parallelism)
-        tasks = []
-        for group in task_plan.groups([task_plan.piece_bytes(p) for p in pieces], parts):
-            files, local = task_plan.localize([pieces[k] for k in group])
-            rows = manifest.rows(files)
-            read_fn = parquet_read_fn(self._tasks, rows, local, columns=columns,
-                                      include_paths=self._include_paths and (columns is None or "path" in columns))
-            meta = BlockMetadata(
-                num_rows=sum(p.num_rows for p in local),
-                size_bytes=int(sum(task_plan.piece_bytes(p) for p in local)),
-                input_files=[manifest.volume_path(i) for i in files], exec_stats=None,
-            )
-            tasks.append(ReadTask(read_fn, meta, schema=schema, per_task_row_limit=row_limit))
-        return tasks
-
-    def _pack_tasks(self, epoch: int, parallelism: int, row_limit: int | None, block_bytes: int) -> list[ReadTask]:
-        source = self._source
-        manifest, shards, units = source.manifest, source.shards(), source.units()
-        where = source.placement()
-        pieces = self._parquet_share(epoch)
-        schema = self.schema()
-        tasks = []
-        parts = task_plan.task_count(len(pieces), parallelism, min_per_task=task_plan.MIN_ROW_GROUPS_PER_TASK)
-        for group in task_plan.groups([task_plan.piece_bytes(p) for p in pieces], parts):
-            files = pack_plan.files_of(units, [pieces[k] for k in group], seed=self._seed or 0,
-                                       shuffle=self._seed is not None, epoch=epoch)
-            placed, used = where.take(files)  # the task carries only its files' places and its shards' rows
-            read_fn = pack_read_fn(self._tasks, manifest.rows(files), placed, shards.rows(used),
-                                   root=manifest.root, include_paths=self._include_paths,
-                                   contents_type=self._contents_type, max_block_bytes=block_bytes,
-                                   max_block_rows=row_limit)
-            meta = BlockMetadata(num_rows=len(files), size_bytes=self._row_bytes(manifest, files),
-                                 input_files=[shards.volume_path(k) for k in used], exec_stats=None)
-            tasks.append(ReadTask(read_fn, meta, schema=schema, per_task_row_limit=row_limit))
-        return tasks
 
 
 def read_uc_volume(

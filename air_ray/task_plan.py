@@ -2,18 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Sequence
 
-from air_core import RowGroup, RowSlice, snake, unit_of
+from air_core import snake
 
-# A read task fetches its files on many threads at once; below this many files
-# a task costs more to schedule and to warm up than its reads take.
-MIN_FILES_PER_TASK = 64
-# A pack's read task fetches its row groups' byte ranges at once, each through its own open (bandwidth is
-# per open), and Ray runs a task per CPU: a task of one row group would read through one stream. 8, as a
-# whole shard was fetched in 8 ranges; many more per task leave too few tasks to keep every CPU busy to the end.
-MIN_ROW_GROUPS_PER_TASK = 8
 # The most bytes an Arrow `binary` array holds (its offsets are 32-bit).
 BINARY_BYTES = 2**31 - 1
 
@@ -49,25 +41,3 @@ def groups(weights: Sequence[int], parts: int) -> list[list[int]]:
     if parts < 1 or not weights:
         return []
     return [g for g in snake(range(len(weights)), weights, parts) if g]
-
-
-def localize(pieces: Sequence[RowGroup | RowSlice]) -> tuple[list[int], list[RowGroup | RowSlice]]:
-    """The files `pieces` touch (in first-use order), and the pieces renumbered to index that list.
-
-    A task then carries only its own files' rows, not the whole listing.
-    """
-    files = list(dict.fromkeys(unit_of(p).file for p in pieces))
-    position = {f: k for k, f in enumerate(files)}
-    out: list[RowGroup | RowSlice] = []
-    for p in pieces:
-        unit = replace(unit_of(p), file=position[unit_of(p).file])
-        out.append(replace(p, unit=unit) if isinstance(p, RowSlice) else unit)
-    return files, out
-
-
-def piece_bytes(piece: RowGroup | RowSlice) -> int:
-    """A piece's share of its row group's uncompressed bytes."""
-    unit = unit_of(piece)
-    if not isinstance(piece, RowSlice) or not unit.num_rows:
-        return unit.nbytes
-    return unit.nbytes * piece.num_rows // unit.num_rows

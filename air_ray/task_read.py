@@ -1,11 +1,13 @@
 """What a read task runs, on whichever Ray worker it lands.
 
-Each read function is a named closure over plain data: its group's rows of
-the listing, the local volume folder the driver resolved (a worker may not
-share the driver's `AIR_VOLUMES_ROOT`), the cache folder when one was given,
-and the options. It fetches through the cache of the node it runs on (its
-own `AIR_CACHE_DIR`, or default), on the core's fetch threads, so a second
-execution on the node reads nothing from the volume.
+Each read function is a named closure over plain data: its `Part` of the
+source (the reader's pieces with their own rows of the listing, and the
+local volume folder the driver resolved: a worker may not share the
+driver's `AIR_VOLUMES_ROOT`), the cache folder when one was given, and the
+options. It reads through the cache of the node it runs on (its own
+`AIR_CACHE_DIR`, or default), so a second execution on the node reads
+nothing from the volume, and turns what the part yields into blocks: file
+rows into `path` / `local_path` / `size` / `bytes`, tables as they are.
 """
 
 from __future__ import annotations
@@ -16,32 +18,19 @@ from typing import Callable, Iterator, Sequence
 import numpy as np
 import pyarrow as pa
 
-from air_core import (
-    DEFAULT_PREFETCH, Cache, CachedFile, FetchError, Manifest, RowGroup, RowSlice, read_items, unit_of,
-    without_skips,
-)
-from air_core.pack_read import Placement, read_views
-from air_core.tabular import read_units
+from air_core import DEFAULT_PREFETCH, Cache, CachedFile, FetchError, without_skips
+from air_core.read import Part
 
 from .task_plan import BINARY_BYTES, binary_block_bytes
-
-Row = tuple[str, int, int]  # (path relative to the root, size, mtime_ns)
 
 
 @dataclass(frozen=True)
 class TaskSource:
-    """Where a task reads from and caches to; `cache_dir` None: the default of the node the task runs on."""
+    """Where a task caches to and how it fetches; `cache_dir` None: the default of the node the task runs on."""
 
-    root: str
-    local_root: str
-    fingerprint: str
     cache_dir: str | None
     cache_limit: int | None
     fetch: dict
-
-    def manifest(self, rows: Sequence[Row]) -> Manifest:
-        """The task's own slice of the listing, in read order."""
-        return Manifest.from_rows(self.root, rows, self.fingerprint)
 
     def cache(self) -> Cache:
         """This process's handle on its node's cache (resolved here, not on the driver)."""
@@ -71,10 +60,10 @@ def files_schema(*, include_paths: bool, contents_type: pa.DataType | None) -> p
     return pa.schema(fields)
 
 
-def files_read_fn(source: TaskSource, rows: Sequence[Row], *, include_paths: bool, contents_type: pa.DataType | None,
+def files_read_fn(source: TaskSource, part: Part, *, include_paths: bool, contents_type: pa.DataType | None,
                   max_block_bytes: int, max_block_rows: int | None = None,
                   keep_count: bool = False) -> Callable[[], Iterator[pa.Table]]:
-    """A read task's function for files mode: one row per file, with its contents as `contents_type`.
+    """A read task's function for file rows: one row per file, with its contents as `contents_type`.
 
     A block ends once its files hold `max_block_bytes` (less, when that keeps
     `binary` contents under 2 GiB), whether or not their contents are in it: a
@@ -83,11 +72,13 @@ def files_read_fn(source: TaskSource, rows: Sequence[Row], *, include_paths: boo
     (Ray's per-task row limit, as in `take(n)`) ends a block early and bounds
     the fetches ahead, so a limited read fetches little more than it needs.
     `keep_count`: a file skipped under `on_error="skip"` is stood in for (see
-    `air_core.without_skips`).
+    `air_core.without_skips`). A packed file has no copy of its own: its
+    `local_path` is empty, and its bytes come as a view of its row group's
+    cached range.
     """
     schema = files_schema(include_paths=include_paths, contents_type=contents_type)
     if contents_type == pa.binary():
-        max_block_bytes = binary_block_bytes(max_block_bytes, max(r[1] for r in rows))
+        max_block_bytes = binary_block_bytes(max_block_bytes, part.largest)
 
     def block(files: list[CachedFile]) -> pa.Table:
         columns = {"path": [f.path for f in files]} if include_paths else {}
@@ -98,14 +89,12 @@ def files_read_fn(source: TaskSource, rows: Sequence[Row], *, include_paths: boo
         return pa.table(columns, schema=schema)
 
     def read_uc_volume_files() -> Iterator[pa.Table]:
-        manifest = source.manifest(rows)
         files: list[CachedFile] = []
         held = 0
         fetch = dict(source.fetch)
         if max_block_rows:
             fetch["prefetch"] = min(fetch.get("prefetch", DEFAULT_PREFETCH), max_block_rows)
-        records = read_items(manifest, range(len(manifest)), source.cache(), local_root=source.local_root, **fetch)
-        for f in without_skips(records, keep_count=keep_count):
+        for f in without_skips(part.read(source.cache(), **fetch), keep_count=keep_count):
             files.append(f)
             held += f.size
             if held >= max_block_bytes or len(files) == max_block_rows:
@@ -117,87 +106,29 @@ def files_read_fn(source: TaskSource, rows: Sequence[Row], *, include_paths: boo
     return read_uc_volume_files
 
 
-def parquet_read_fn(source: TaskSource, rows: Sequence[Row], pieces: Sequence[RowGroup | RowSlice], *,
-                    columns: list[str] | None, include_paths: bool) -> Callable[[], Iterator[pa.Table]]:
-    """A read task's function for Parquet mode: one table per row group (or row range).
+def table_read_fn(source: TaskSource, part: Part, *, columns: list[str] | None,
+                  include_paths: bool) -> Callable[[], Iterator[pa.Table]]:
+    """A read task's function for a table's rows: one block per piece (a row group, or a range of rows)."""
 
-    `rows` are the files the pieces touch; each piece's `file` indexes `rows`.
-    """
-
-    def read_uc_volume_parquet() -> Iterator[pa.Table]:
-        manifest = source.manifest(rows)
-        tables = read_units(manifest, pieces, source.cache(), columns=columns, local_root=source.local_root,
-                            **source.fetch)
-        for piece, table in zip(pieces, tables):
+    def read_uc_volume_tables() -> Iterator[pa.Table]:
+        for path, table in part.read(source.cache(), columns=columns, **source.fetch):
             if include_paths:
-                path = manifest.volume_path(unit_of(piece).file)
                 table = table.append_column("path", pa.array([path] * table.num_rows, pa.string()))
             yield table if columns is None else table.select([c for c in columns if c in table.column_names])
 
-    return read_uc_volume_parquet
-
-
-def pack_read_fn(source: TaskSource, rows: Sequence[Row], where: Placement, shard_rows: Sequence[Row], *, root: str,
-                 include_paths: bool, contents_type: pa.DataType | None, max_block_bytes: int,
-                 max_block_rows: int | None = None) -> Callable[[], Iterator[pa.Table]]:
-    """A read task's function over a pack: files mode's rows, each file read from its row group's cached range.
-
-    `rows` are the task's packed files (relative to `root`, the packed
-    folder) in read order; `where` places each one in its row group of one
-    of `shard_rows` (relative to `source.root`, the pack's folder), as
-    `Placement.take` gives it. Each file's bytes are copied once, from the
-    mapped range into the block. `local_path` is empty: a packed file has no
-    copy of its own. Blocks close as in files mode.
-    """
-    schema = files_schema(include_paths=include_paths, contents_type=contents_type)
-    if contents_type == pa.binary():
-        max_block_bytes = binary_block_bytes(max_block_bytes, max(r[1] for r in rows))
-
-    def block(manifest: Manifest, files: list[tuple[int, memoryview]]) -> pa.Table:
-        columns = {"path": [manifest.volume_path(i) for i, _ in files]} if include_paths else {}
-        columns["local_path"] = [""] * len(files)
-        columns["size"] = [len(view) for _, view in files]
-        if contents_type is not None:
-            columns["bytes"] = views_array([view for _, view in files], contents_type)
-        return pa.table(columns, schema=schema)
-
-    def read_uc_volume_pack() -> Iterator[pa.Table]:
-        manifest = Manifest.from_rows(root, rows, source.fingerprint)
-        files: list[tuple[int, memoryview]] = []
-        held = 0
-        for i, view in read_views(manifest, where, source.manifest(shard_rows), range(len(rows)), source.cache(),
-                                  local_root=source.local_root):
-            files.append((i, view))
-            held += len(view)
-            if held >= max_block_bytes or len(files) == max_block_rows:
-                yield block(manifest, files)
-                files, held = [], 0
-        if files:
-            yield block(manifest, files)
-
-    return read_uc_volume_pack
-
-
-def views_array(views: Sequence[memoryview], type: pa.DataType) -> pa.Array:
-    """Bytes held in memory as one Arrow `binary` or `large_binary` array: one copy each, into Arrow memory."""
-    offsets = np.zeros(len(views) + 1, dtype=np.int64 if type == pa.large_binary() else np.int32)
-    np.cumsum([len(v) for v in views], out=offsets[1:])
-    data = pa.allocate_buffer(int(offsets[-1]))
-    target = memoryview(data).cast("B")
-    for view, start in zip(views, offsets.tolist()):
-        target[start:start + len(view)] = view
-    return pa.Array.from_buffers(type, len(views), [None, pa.py_buffer(offsets), data])
+    return read_uc_volume_tables
 
 
 def contents(files: Sequence[CachedFile], type: pa.DataType) -> pa.Array:
-    """The files' bytes as one Arrow `binary` or `large_binary` array, read straight into Arrow memory."""
+    """The files' bytes as one Arrow `binary` or `large_binary` array: read straight into Arrow memory, or
+    copied once from the bytes (or view) a file came with."""
     offsets = np.zeros(len(files) + 1, dtype=np.int64 if type == pa.large_binary() else np.int32)
     np.cumsum([f.size for f in files], out=offsets[1:])
     data = pa.allocate_buffer(int(offsets[-1]))
     view = memoryview(data).cast("B")  # unsigned bytes, as `bytes` are: a file held in memory is assigned
     for f, start in zip(files, offsets.tolist()):
         part = view[start:start + f.size]
-        if f.data is not None:  # streamed past a full cache: already in memory
+        if f.data is not None:  # streamed past a full cache, or a view of a pack's cached range
             part[:] = f.data
             continue
         with open(f.local_path, "rb", buffering=0) as src:

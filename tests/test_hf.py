@@ -394,7 +394,7 @@ def _two_schemas(volume):
     pytest.param(lambda v, c: load(v, c, _mixed(v)), OptionError, "mixes Parquet files.*mode='files'",
                  id="mixed-folder"),
     pytest.param(lambda v, c: load(v, c, _mixed(v), mode="parquet", include="*.parquet", decode="bytes"),
-                 OptionError, "apply to files mode", id="files-options-in-parquet-mode"),
+                 OptionError, "decode= applies to files mode", id="files-options-in-parquet-mode"),
     pytest.param(lambda v, c: load(v, c, _mixed(v), include="*.parquet", columns=["nope"]), OptionError,
                  r"columns=\['nope'\]: give a non-empty list of the rows' columns, \['id', 'x'\]",
                  id="unknown-column"),

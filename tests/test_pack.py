@@ -232,8 +232,8 @@ def test_each_node_fetches_only_its_ranks_row_groups_and_serves_the_next_epoch_i
     loose = loose_files(volume)
     pack(volume.path("d"), volume.path("packed"), shard_size=SHARD, row_group_size=SHARD // 4)
     source = resolve_source(volume.path("packed"), mode="pack")
-    shards, units = source.shards(), source.units()
-    where = placement(units, offsets(source.generation(), None), source.manifest.sizes)
+    shards, units = source.reader.shards(), source.reader.units()
+    where = placement(units, offsets(source.reader.generation(), None), source.manifest.sizes)
     assert len(shards.paths) >= 3 and len(units) >= 9
     nodes = [tmp_path / f"node{r}" for r in range(3)]  # a cache folder each: three machines
     got, fetched, held_by = [], 0, np.zeros(len(units), int)
@@ -306,7 +306,7 @@ def test_three_nodes_open_each_row_group_once_and_a_second_epoch_opens_no_shard(
                 assert shard_opens == got["misses"] == 0
     assert read_bytes == sum(map(len, loose.values())) < fetched < 1.3 * read_bytes
     # Each row group opened once, but the two a rank boundary splits: once on each node that reads them.
-    assert range_opens <= len(resolve_source(volume.path("packed"), mode="pack").units()) + 2
+    assert range_opens <= len(resolve_source(volume.path("packed"), mode="pack").reader.units()) + 2
 
 
 @pytest.mark.slow
@@ -434,7 +434,7 @@ def test_bad_inputs_say_what_to_do(volume):
     pack(volume.path("d"), volume.path("packed"), shard_size=SHARD)
     with pytest.raises(OptionError, match="read whole"):
         FileStream(volume.path("packed"), include="*.bin")
-    with pytest.raises(OptionError, match="leave balance= and on_error= unset"):
+    with pytest.raises(OptionError, match=r"balance= applies to loose files: /Volumes/main/ml/raw/packed is a pack"):
         FileStream(volume.path("packed"), balance="stride")
     (volume.local("packed") / POINTER).write_text("{}")
     with pytest.raises(VolumePathError, match="not a pointer written by air-data pack"):
@@ -445,7 +445,7 @@ def test_mode_parquet_reads_the_shards_rows(volume):
     loose_files(volume)
     r = pack(volume.path("d"), volume.path("packed"), shard_size=SHARD)
     s = resolve_source(volume.path("packed"), mode="parquet")
-    assert s.mode == "parquet" and s.path == r.path and sum(u.num_rows for u in s.units()) == 90
+    assert s.mode == "parquet" and s.path == r.path and sum(u.num_rows for u in s.reader.units()) == 90
 
 
 def test_cli_packs_with_a_progress_bar_and_a_summary(volume, capsys):

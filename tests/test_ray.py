@@ -126,16 +126,6 @@ def test_task_count_and_groups_are_pure_and_bounded():
     assert task_plan.groups([4], 3) == [[0]]
 
 
-def test_parquet_pieces_carry_only_their_files():
-    from air_core import RowGroup, RowSlice
-
-    a, b = RowGroup(7, 0, 100, 1000), RowGroup(3, 1, 100, 1000)
-    files, local = task_plan.localize([RowSlice(a, 50, 100), b, RowGroup(7, 1, 10, 10)])
-    assert files == [7, 3]
-    assert local == [RowSlice(RowGroup(0, 0, 100, 1000), 50, 100), RowGroup(1, 1, 100, 1000), RowGroup(0, 1, 10, 10)]
-    assert task_plan.piece_bytes(local[0]) == 500 and task_plan.piece_bytes(b) == 1000
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("equalize", ["none", "drop", "pad"])
 def test_ranks_read_disjoint_slices_that_cover_the_folder(volume, ray_cluster, equalize):

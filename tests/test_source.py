@@ -133,9 +133,9 @@ def test_parquet_sources_read_their_footers_once_per_process(volume, monkeypatch
     write_parquet(volume, "t/a.parquet", range(5))
     write_parquet(volume, "t/b.parquet", range(5, 9))
     source = resolve_source(volume.path("t"))
-    assert source.mode == "parquet" and sum(u.num_rows for u in source.units()) == 9
+    assert source.mode == "parquet" and sum(u.num_rows for u in source.reader.units()) == 9
     monkeypatch.setattr(air_core.tabular, "parquet_units", lambda *a, **k: pytest.fail("footers read again"))
-    assert source.schema().names == ["id", "x"] and len(source.units()) == 2
+    assert source.reader.schema().names == ["id", "x"] and len(source.reader.units()) == 2
 
 
 def test_parquet_without_rows_and_unreadable_parquet_are_refused_when_resolving(volume):

@@ -48,3 +48,15 @@ def test_files_of_different_schemas_are_refused_by_name(volume):
     with pytest.raises(ParquetError, match=r"bad/b\.parquet and .*bad/a\.parquet have different columns "
                                            r"\(id: string vs int64; extra 'y'; no 'x'\).*include=/exclude="):
         parquet_units(list_folder(volume.path("bad")))
+
+
+def test_parquet_pieces_carry_only_their_files():
+    from air_core import RowGroup, RowSlice
+    from air_core.read.parquet import localize
+    from air_core.row_plan import piece_bytes
+
+    a, b = RowGroup(7, 0, 100, 1000), RowGroup(3, 1, 100, 1000)
+    files, local = localize([RowSlice(a, 50, 100), b, RowGroup(7, 1, 10, 10)])
+    assert files == [7, 3]
+    assert local == [RowSlice(RowGroup(0, 0, 100, 1000), 50, 100), RowGroup(1, 1, 100, 1000), RowGroup(0, 1, 10, 10)]
+    assert piece_bytes(local[0]) == 500 and piece_bytes(b) == 1000

@@ -9,7 +9,8 @@ import torch.utils.data
 
 from ..manifest import Manifest
 from ..plan import Balance, Equalize
-from ..stream import DEFAULT_PREFETCH, DEFAULT_PREFETCH_BYTES, FileStream, OnError
+from ..read import DEFAULT_PREFETCH, DEFAULT_PREFETCH_BYTES, OnError
+from ..stream import FileStream
 
 
 @runtime_checkable
@@ -87,7 +88,7 @@ class UCVolumeDataset(torch.utils.data.IterableDataset):
             `/local_disk0/...`, else a per-user temp folder).
         cache_limit: cap on the cache's bytes; None for no cap.
         fetch_threads: files read concurrently by each worker (default: 32 when there are
-            several workers, else 64; see `air_core.stream.default_fetch_threads`).
+            several workers, else 64; see `air_core.default_fetch_threads`).
         prefetch: most files fetched ahead of the consumer, per worker.
         prefetch_bytes: most bytes fetched ahead of the consumer, per worker.
         on_error: "raise" (default) or "skip": leave out, with a warning, a file that stays
@@ -152,9 +153,6 @@ class UCVolumeDataset(torch.utils.data.IterableDataset):
         if self._ran:
             self._stream.set_epoch(self._stream.epoch + 1)
         self._ran = True
-        if self._stream.mode == "pack":
-            for f in self._stream:
-                yield PackedFile(f.data, f.path)  # type: ignore[arg-type]
-            return
         for f in self._stream:
-            yield f.local_path
+            # A packed file has no path of its own: its bytes are in `data`.
+            yield f.local_path or PackedFile(f.data, f.path)  # type: ignore[arg-type]

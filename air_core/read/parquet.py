@@ -1,0 +1,142 @@
+"""Parquet trees, a row per table row: the units are row groups, cut into exact row ranges where counts must match.
+
+The Parquet I/O (footers, schema, reading row groups through the cache)
+lives in `air_core.tabular`, loaded on first use: importing the core loads
+no pyarrow.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Iterator, Sequence
+
+import numpy as np
+
+from .. import volume
+from ..errors import EmptyVolumeError
+from ..manifest import Manifest
+from ..plan import epoch_order
+from ..row_plan import RowGroup, RowSlice, deal_rows, piece_bytes, split_rows, unit_of
+from .reader import Part, TableReader, register
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from ..cache import Cache
+    from ..plan import Equalize
+
+_FILES_ONLY = ("files mode: {path} is read as Parquet, whose rows are the tables' rows (skipping a file would drop "
+               "rows of the table); pass mode='files' to read Parquet files as files")
+
+
+@register
+class ParquetReader(TableReader):
+    """The rows of a tree of Parquet files of one schema, hive partition folders kept as string columns."""
+
+    mode = "parquet"
+    refused = dict.fromkeys(("decode", "labels", "on_error", "include_bytes"), _FILES_ONLY)
+
+    def units(self) -> list[RowGroup]:
+        """Every row group of every file, in order (footers read once per process)."""
+        from .. import tabular
+
+        return self.source.held("units", lambda: tabular.parquet_units(self.source.manifest))
+
+    def validate(self) -> None:
+        if not sum(u.num_rows for u in self.units()):
+            raise EmptyVolumeError(f"{self.source.path} holds Parquet files but no rows")
+
+    def pieces(self, files: Sequence[int]) -> list[RowGroup]:
+        member = set(files)
+        return [u for u in self.units() if u.file in member]
+
+    def deal(self, pieces: Sequence[RowGroup | RowSlice], parts: int, *, seed: int, shuffle: bool,
+             equalize: Equalize) -> list[list]:
+        return deal_rows(pieces, parts, seed=seed, shuffle=shuffle, equalize=equalize)
+
+    def count(self, pieces: Sequence[RowGroup | RowSlice]) -> int:
+        return sum(p.num_rows for p in pieces)
+
+    def schema(self) -> pa.Schema:
+        """The tables' schema, hive partition columns appended as strings."""
+        from .. import tabular
+
+        return self.source.held("schema", lambda: tabular.schema(self.source.manifest, self.units()))
+
+    def read_tables(self, pieces: Sequence[RowGroup | RowSlice], cache: Cache, *, columns: Sequence[str] | None,
+                    fetch_threads: int) -> Iterator[pa.Table]:
+        from .. import tabular
+
+        return tabular.read_units(self.source.manifest, pieces, cache, columns=columns, fetch_threads=fetch_threads)
+
+    def share(self, rank: int, world_size: int, *, epoch: int, seed: int, shuffle: bool,
+              equalize: Equalize) -> tuple[np.ndarray, list]:
+        pieces = rank_pieces(self.units(), rank, world_size, equalize)
+        order = epoch_order(len(pieces), epoch=epoch, seed=seed, shuffle=shuffle)
+        return np.asarray(order, dtype=np.int64), [pieces[k] for k in order]
+
+    def share_weights(self, rank: int, world_size: int, *, equalize: Equalize) -> np.ndarray:
+        pieces = rank_pieces(self.units(), rank, world_size, equalize)
+        return np.array([piece_bytes(p) for p in pieces], dtype=np.int64)
+
+    def weights(self, pieces: Sequence[RowGroup | RowSlice]) -> list[int]:
+        return [piece_bytes(p) for p in pieces]
+
+    def part(self, pieces: Sequence[RowGroup | RowSlice], *, epoch: int, seed: int, shuffle: bool) -> ParquetPart:
+        m = self.source.manifest
+        files, local = localize(pieces)
+        return ParquetPart(m.root, volume.parse(m.root).local, m.fingerprint, m.rows(files), local)
+
+
+def rank_pieces(units: Sequence[RowGroup], rank: int, world_size: int, equalize: Equalize) -> list:
+    """`rank`'s row groups and row ranges, in the same order every epoch (whole row groups on one rank)."""
+    if world_size == 1 and equalize == "none":
+        return [u for u in units if u.num_rows]
+    return split_rows(units, world_size, equalize)[rank]
+
+
+def localize(pieces: Sequence[RowGroup | RowSlice]) -> tuple[list[int], list[RowGroup | RowSlice]]:
+    """The files `pieces` touch (in first-use order), and the pieces renumbered to index that list.
+
+    A part then carries only its own files' rows, not the whole listing.
+    """
+    files = list(dict.fromkeys(unit_of(p).file for p in pieces))
+    position = {f: k for k, f in enumerate(files)}
+    out: list[RowGroup | RowSlice] = []
+    for p in pieces:
+        unit = replace(unit_of(p), file=position[unit_of(p).file])
+        out.append(replace(p, unit=unit) if isinstance(p, RowSlice) else unit)
+    return files, out
+
+
+@dataclass(frozen=True)
+class ParquetPart(Part):
+    """Row groups to read elsewhere: their files' rows of the listing, and the pieces numbered over them."""
+
+    root: str
+    local_root: str
+    fingerprint: str
+    listing: list[tuple[str, int, int]]
+    pieces: list[RowGroup | RowSlice]
+
+    @property
+    def rows(self) -> int:
+        return sum(p.num_rows for p in self.pieces)
+
+    @property
+    def nbytes(self) -> int:
+        return sum(piece_bytes(p) for p in self.pieces)
+
+    @property
+    def input_files(self) -> list[str]:
+        return [f"{self.root}/{r[0]}" for r in self.listing]
+
+    def read(self, cache: Cache, *, fetch_threads: int = 16, prefetch: int = 16, prefetch_bytes: int = 1 << 30,
+             on_error: str = "raise", columns: Sequence[str] | None = None) -> Iterator[tuple[str, pa.Table]]:
+        from .. import tabular
+
+        manifest = Manifest.from_rows(self.root, self.listing, self.fingerprint)
+        tables = tabular.read_units(manifest, self.pieces, cache, columns=columns, fetch_threads=fetch_threads,
+                                    prefetch=prefetch, prefetch_bytes=prefetch_bytes, local_root=self.local_root)
+        for piece, table in zip(self.pieces, tables):
+            yield manifest.volume_path(unit_of(piece).file), table

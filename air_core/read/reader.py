@@ -1,0 +1,194 @@
+"""A reader: everything about reading one data format that does not depend on the front door.
+
+A front door (`FileStream`, the `uc-volume` builder, `UCVolumeDatasource`,
+`UCVolumeDataset`) resolves a `Source`, takes its `reader` and keeps only its
+ecosystem's concerns; the reader owns what depends on the format: which of
+the door's options apply to it (one wording for every door), its units of
+work and their shares of a grid, and how they are read through the node
+cache and the fetch pool.
+
+Two kinds of rows: a row per file (a `FileRowsReader`: loose files, a
+pack's files), which each door turns into its own row type (HF features
+with `decode=`, Ray's `bytes` column, torch paths), or the format's own rows
+(a `TableReader`: a table's, with a schema), which pass through. A new
+format is a subclass of one of them in a module of its own, registered with
+`@register`.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, ClassVar, Iterator, Sequence
+
+import numpy as np
+
+from ..errors import OptionError
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from ..cache import Cache
+    from ..grid import Grid
+    from ..manifest import Manifest
+    from ..plan import Equalize
+    from ..source import Source
+    from .files import CachedFile, Skipped
+
+READERS: dict[str, type[Reader]] = {}
+
+# What each option a door may pass to `check` means when left as it is: such a value is never refused.
+_UNSET: dict[str, tuple[Any, ...]] = {
+    "on_error": ("raise",), "balance": ("bytes",), "decode": ("path",), "labels": (False,),
+    "include_bytes": (None, False), "columns": (None,),
+}
+
+
+def register(cls: type[Reader]) -> type[Reader]:
+    """Make `cls` the reader of its `mode`."""
+    READERS[cls.mode] = cls
+    return cls
+
+
+class Reader:
+    """How a `Source` of one format is planned and read; `Source.reader` gives the one for its mode.
+
+    Attributes:
+        mode: the format's name, as `mode=` takes it.
+        counts: what its rows are, in messages: "files" or "rows".
+        pieces_per_task: the fewest pieces worth one parallel read task (its start-up and warm-up cost more
+            than fewer would read).
+        refused: options that do not apply to this format -> what they apply to and why;
+            `{path}` is filled in with the source's folder, as the user named it.
+    """
+
+    mode: ClassVar[str]
+    counts: ClassVar[str]
+    pieces_per_task: ClassVar[int] = 1
+    refused: ClassVar[dict[str, str]] = {}
+
+    def __init__(self, source: Source) -> None:
+        self.source = source
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.source.path!r})"
+
+    def validate(self) -> None:
+        """Refuse, when the source is resolved, a source of this format that cannot be read."""
+
+    def own_listing(self) -> Manifest | None:
+        """The format's own listing of its files, read where the source's saved listing is not (another
+        machine); None: the folder is listed again."""
+        return None
+
+    def check(self, **options: Any) -> None:
+        """Refuse, in the same words at every door, an option set (not left as is) that does not apply here.
+
+        Raises:
+            OptionError: naming the option, what it applies to, and why it does not apply to this source.
+        """
+        for name, value in options.items():
+            if value not in _UNSET[name] and name in self.refused:
+                raise OptionError(f"{name}= applies to {self.refused[name].format(path=self.source.given)}")
+
+    # -- units of work ---------------------------------------------------------
+
+    def pieces(self, files: Sequence[int]) -> list:
+        """The units that hold `files` (listing positions, ascending): what shards and tasks are made of."""
+        raise NotImplementedError
+
+    def count(self, pieces: Sequence) -> int:
+        """The rows `pieces` hold."""
+        raise NotImplementedError
+
+    def deal(self, pieces: Sequence, parts: int, *, seed: int, shuffle: bool, equalize: Equalize) -> list[list]:
+        """`pieces` dealt into `parts` balanced parts (equal counts of rows with `equalize`), each in read
+        order: a seeded one with `shuffle`."""
+        raise NotImplementedError
+
+    def share(self, rank: int, world_size: int, *, epoch: int, seed: int, shuffle: bool,
+              equalize: Equalize) -> tuple[np.ndarray, list]:
+        """`rank`'s pieces in `epoch`'s read order, and a key for each that no epoch changes.
+
+        The same pieces every epoch, so a node's cache keeps serving them; the
+        keys index `share_weights`.
+        """
+        raise NotImplementedError
+
+    def share_weights(self, rank: int, world_size: int, *, equalize: Equalize) -> np.ndarray:
+        """The bytes of every piece `rank` may read, by the keys `share` gives."""
+        raise NotImplementedError
+
+    def weights(self, pieces: Sequence) -> list[int]:
+        """The bytes of each of `pieces`: what parallel work is balanced by."""
+        raise NotImplementedError
+
+    def part(self, pieces: Sequence, *, epoch: int, seed: int, shuffle: bool) -> Part:
+        """A unit of parallel work over `pieces`, small enough to travel: it carries only its own part of the
+        listing. `epoch`, `seed` and `shuffle` order the rows inside the pieces."""
+        raise NotImplementedError
+
+
+class Part:
+    """Pieces of one source packed to travel to another process (a Ray read task), with what they read.
+
+    Attributes:
+        rows: how many rows it yields.
+        nbytes: the bytes it reads.
+        input_files: the volume paths of the files it reads from.
+        files: file rows: the listing positions of the files it yields, in order.
+        largest: file rows: the largest file's size.
+    """
+
+    rows: int
+    nbytes: int
+    input_files: list[str]
+    files: list[int]
+    largest: int
+
+    def read(self, cache: Cache, *, fetch_threads: int, prefetch: int, prefetch_bytes: int, on_error: str = "raise",
+             columns: Sequence[str] | None = None) -> Iterator:
+        """Its rows, through `cache`: `CachedFile`s (and `Skipped`, with `on_error="skip"`) for file rows,
+        else (volume path, table) pairs, one per piece, of `columns` alone when given."""
+        raise NotImplementedError
+
+
+class FileRowsReader(Reader):
+    """A format read as a row per file: its path, size and contents."""
+
+    counts = "files"
+
+    def plan(self, grid: Grid, resumed_from: dict | None, *, epoch: int, seed: int, shuffle: bool, balance: str,
+             equalize: Equalize) -> list[int]:
+        """The files (listing positions) one stream reads in `epoch`, after resuming the run `resumed_from`."""
+        raise NotImplementedError
+
+    def rank_count(self, rank: int, world_size: int, *, epoch: int, seed: int, shuffle: bool, balance: str,
+                   equalize: Equalize) -> int:
+        """How many files `rank` reads in `epoch`, all its DataLoader workers together."""
+        raise NotImplementedError
+
+    def files_of(self, pieces: Sequence, *, seed: int, shuffle: bool) -> list[int]:
+        """The files (listing positions) that `pieces` hold, in read order."""
+        raise NotImplementedError
+
+    def read_files(self, items: Sequence[int], cache: Cache, *, fetch_threads: int, on_error: str = "raise",
+                   **fetch: int) -> Iterator[CachedFile | Skipped]:
+        """The files `items` (listing positions), in order, through the node cache, fetched ahead.
+
+        `fetch`: `prefetch` and `prefetch_bytes`, as `read_items` takes them.
+        """
+        raise NotImplementedError
+
+
+class TableReader(Reader):
+    """A format read as its own rows, with a schema."""
+
+    counts = "rows"
+
+    def schema(self) -> pa.Schema:
+        """The rows' schema."""
+        raise NotImplementedError
+
+    def read_tables(self, pieces: Sequence, cache: Cache, *, columns: Sequence[str] | None,
+                    fetch_threads: int) -> Iterator[pa.Table]:
+        """One table per piece, in order, through the node cache, fetched ahead; only `columns` when given."""
+        raise NotImplementedError
