@@ -184,6 +184,10 @@ class FileStream:
         worker, num_workers: the DataLoader worker; detected when not given.
         cache_dir: the node cache folder (default: `air_core.cache.default_dir()`).
         cache_limit: cap on the cache's bytes; None for no cap.
+        verify: hash each cached copy against the checksum recorded when it
+            was copied, on every hit, and fetch again one that differs
+            (default False: each hit checks the copy's length only; see the
+            README for what each costs).
         fetch_threads: concurrent reads per stream (default: `default_fetch_threads()`).
         prefetch: most files fetched ahead of the consumer.
         prefetch_bytes: most bytes fetched ahead of the consumer.
@@ -214,6 +218,7 @@ class FileStream:
         num_workers: int | None = None,
         cache_dir: str | None = None,
         cache_limit: int | None = None,
+        verify: bool = False,
         fetch_threads: int | None = None,
         prefetch: int = DEFAULT_PREFETCH,
         prefetch_bytes: int = DEFAULT_PREFETCH_BYTES,
@@ -226,6 +231,7 @@ class FileStream:
         options.whole("prefetch", prefetch, low=1)
         options.whole("prefetch_bytes", prefetch_bytes, low=1)
         options.choice("on_error", on_error, ON_ERRORS)
+        options.flag("verify", verify)
         self._source = resolve_source(path, mode="files", include=include, exclude=exclude, cache_dir=cache_dir,
                                       manifest=manifest)
         self.path, self.mode = self._source.path, self._source.mode
@@ -236,7 +242,7 @@ class FileStream:
         self._rank, self._world_size = dist.detect_rank(rank, world_size)
         Grid(self._rank, self._world_size)
         self._worker, self._num_workers = worker, num_workers
-        self._cache_dir, self._cache_limit = cache_dir, cache_limit
+        self._cache_dir, self._cache_limit, self._verify = cache_dir, cache_limit, verify
         self._fetch = {"fetch_threads": fetch_threads, "prefetch": prefetch, "prefetch_bytes": prefetch_bytes,
                        "on_error": on_error}
         self._fingerprint = self._source.fingerprint
@@ -259,7 +265,7 @@ class FileStream:
     def cache(self) -> Cache:
         """This process's handle on the node cache (its `stats` count this process's use)."""
         if self._cache is None:
-            self._cache = Cache(self._cache_dir, limit_bytes=self._cache_limit)
+            self._cache = Cache(self._cache_dir, limit_bytes=self._cache_limit, verify=self._verify)
         return self._cache
 
     @property

@@ -30,13 +30,17 @@ Row = tuple[str, int, int]  # (path relative to the root, size, mtime_ns)
 
 @dataclass(frozen=True)
 class TaskSource:
-    """Where a task reads from and caches to; `cache_dir` None: the default of the node the task runs on."""
+    """Where a task reads from and caches to; `cache_dir` None: the default of the node the task runs on.
+
+    `verify`: hits hash each copy against its checksum (`air_core.Cache`).
+    """
 
     root: str
     local_root: str
     fingerprint: str
     cache_dir: str | None
     cache_limit: int | None
+    verify: bool
     fetch: dict
 
     def manifest(self, rows: Sequence[Row]) -> Manifest:
@@ -45,7 +49,7 @@ class TaskSource:
 
     def cache(self) -> Cache:
         """This process's handle on its node's cache (resolved here, not on the driver)."""
-        return Cache(self.cache_dir, limit_bytes=self.cache_limit)
+        return Cache(self.cache_dir, limit_bytes=self.cache_limit, verify=self.verify)
 
 
 def bytes_type(largest: int) -> pa.DataType:
