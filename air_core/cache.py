@@ -24,7 +24,7 @@ eviction would drive the hit rate to zero; freezing keeps it at cap/data.
 `prune` removes entries unused for a while, and the least recently used ones
 when the cache is over its cap (a lowered cap, old datasets), sparing entries
 used in the last hour; `clear` removes everything; `info` says what is held.
-`air-data cache info|prune|clear` runs them. None of them keeps a structure
+`air-data cache info|prune|clear|verify` runs them. None of them keeps a structure
 per entry in memory: at 10^7 entries the cache is surveyed into two arrays.
 
 A copy must be sound before it is served: the cache survives restarts, and a
