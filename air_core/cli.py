@@ -57,7 +57,19 @@ def duration(text: str) -> float:
     return float(m.group(1)) * _SECONDS[m.group(2)]
 
 
-def _cache(args: argparse.Namespace) -> None:
+def _verify(cache, repair: bool) -> int:
+    """Report (and with `repair` remove) damaged entries; 1 when damage is left in place, as `cmp` and `fsck` do."""
+    r = cache.check(repair=repair)
+    for path in r.damaged:
+        print(f"damaged: {path}" + (" (removed)" if repair else ""))
+    print(f"checked {r.entries - r.unchecked} of {r.entries} entries ({r.bytes / 1e9:.3f} GB): {len(r.damaged)} "
+          f"damaged" + (", removed" if repair and r.damaged else "") +
+          (f"; {r.unchecked} have no checksum (copied by an older version, or on a file system without "
+           "extended attributes)" if r.unchecked else ""))
+    return 1 if r.damaged and not repair else 0
+
+
+def _cache(args: argparse.Namespace) -> int | None:
     from .cache import Cache, default_dir
 
     root = os.path.abspath(args.cache_dir or default_dir())
@@ -70,12 +82,15 @@ def _cache(args: argparse.Namespace) -> None:
         used = "never" if i["oldest_use"] is None else f"{(time.time() - i['oldest_use']) / 3600:.1f} h ago"
         print(f"folder: {i['folder']}\nentries: {i['entries']}\nsize: {i['bytes'] / 1e9:.3f} GB\n"
               f"oldest use: {used}\ndisk free: {i['disk_free_bytes'] / 1e9:.1f} GB\n"
+              f"damaged copies found: {i['damaged']} (removed and fetched again)\n"
               "hits and misses are counted per process (CacheStats), not kept here")
     elif args.action == "prune":
         if args.older_than is None and args.limit is None:
             raise OptionError("prune needs --older-than (e.g. 7d) or --limit (e.g. 100G): what should go?")
         print(f"freed {cache.prune(older_than=args.older_than) / 1e9:.3f} GB "
               "(entries used in the last hour are kept)")
+    elif args.action == "verify":
+        return _verify(cache, args.repair)
     else:
         print(f"freed {cache.clear() / 1e9:.3f} GB")
 
@@ -101,14 +116,18 @@ def parser() -> argparse.ArgumentParser:
 
     add_export_delta_command(sub)
 
-    cache = sub.add_parser("cache", help="what the node cache holds; prune or clear it")
+    cache = sub.add_parser("cache", help="what the node cache holds; prune, clear or verify it")
     actions = cache.add_subparsers(dest="action", required=True)
-    for name, text in (("info", "folder, entries, size, oldest use, free disk"),
+    for name, text in (("info", "folder, entries, size, oldest use, free disk, damaged copies found"),
                        ("prune", "remove entries unused for a while, or down to a size (spares the last hour's)"),
-                       ("clear", "remove every entry and saved listing (stop running jobs first)")):
+                       ("clear", "remove every entry and saved listing (stop running jobs first)"),
+                       ("verify", "hash every entry against the checksum recorded when it was copied")):
         a = actions.add_parser(name, help=text)
         a.add_argument("--cache-dir", help="the cache folder (default: $AIR_CACHE_DIR, then /local_disk0/..., "
                                            "then a per-user temp folder)")
+        if name == "verify":
+            a.add_argument("--repair", action="store_true", help="remove the damaged entries (read again, they "
+                                                                 "are fetched again)")
         if name == "prune":
             a.add_argument("--older-than", type=duration, help="remove entries unused for this long (e.g. 7d)")
             a.add_argument("--limit", type=size, help="then remove the least recently used down to this size")
@@ -120,11 +139,10 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
-        args.func(args)
+        return args.func(args) or 0
     except AirError as e:
         print(f"air-data {args.command}: {e}", file=sys.stderr)
         return 2
-    return 0
 
 
 if __name__ == "__main__":

@@ -44,6 +44,10 @@ class FileStream:
         worker, num_workers: the DataLoader worker; detected when not given.
         cache_dir: the node cache folder (default: `air_core.cache.default_dir()`).
         cache_limit: cap on the cache's bytes; None for no cap.
+        verify: hash each cached copy against the checksum recorded when it
+            was copied, on every hit, and fetch again one that differs
+            (default False: each hit checks the copy's length only; see the
+            README for what each costs).
         fetch_threads: concurrent reads per stream (default: `default_fetch_threads()`).
         prefetch: most files fetched ahead of the consumer.
         prefetch_bytes: most bytes fetched ahead of the consumer.
@@ -74,6 +78,7 @@ class FileStream:
         num_workers: int | None = None,
         cache_dir: str | None = None,
         cache_limit: int | None = None,
+        verify: bool = False,
         fetch_threads: int | None = None,
         prefetch: int = DEFAULT_PREFETCH,
         prefetch_bytes: int = DEFAULT_PREFETCH_BYTES,
@@ -86,6 +91,7 @@ class FileStream:
         options.whole("prefetch", prefetch, low=1)
         options.whole("prefetch_bytes", prefetch_bytes, low=1)
         options.choice("on_error", on_error, ON_ERRORS)
+        options.flag("verify", verify)
         self._source = resolve_source(path, mode="files", include=include, exclude=exclude, cache_dir=cache_dir,
                                       manifest=manifest)
         self._source.reader.check(balance=balance, on_error=on_error)
@@ -94,7 +100,7 @@ class FileStream:
         self._rank, self._world_size = dist.detect_rank(rank, world_size)
         Grid(self._rank, self._world_size)
         self._worker, self._num_workers = worker, num_workers
-        self._cache_dir, self._cache_limit = cache_dir, cache_limit
+        self._cache_dir, self._cache_limit, self._verify = cache_dir, cache_limit, verify
         self._fetch = {"fetch_threads": fetch_threads, "prefetch": prefetch, "prefetch_bytes": prefetch_bytes,
                        "on_error": on_error}
         self._fingerprint = self._source.fingerprint
@@ -117,7 +123,7 @@ class FileStream:
     def cache(self) -> Cache:
         """This process's handle on the node cache (its `stats` count this process's use)."""
         if self._cache is None:
-            self._cache = Cache(self._cache_dir, limit_bytes=self._cache_limit)
+            self._cache = Cache(self._cache_dir, limit_bytes=self._cache_limit, verify=self._verify)
         return self._cache
 
     @property
@@ -155,8 +161,11 @@ class FileStream:
         self.skipped = []
         fetch = dict(self._fetch)
         fetch["fetch_threads"] = fetch["fetch_threads"] or default_fetch_threads(grid.num_workers)
-        records = self._source.reader.read_files(items[done:], self.cache, **fetch)
-        yield from without_skips(self._positions(records), keep_count=self._plan_opts["equalize"] != "none")
+        records = self._positions(self._source.reader.read_files(items[done:], self.cache, **fetch))
+        if fetch["on_error"] == "raise":  # nothing is skipped: one generator less per file
+            yield from records  # type: ignore[misc]
+        else:
+            yield from without_skips(records, keep_count=self._plan_opts["equalize"] != "none")
 
     def _plan(self, grid: Grid, resumed_from: dict | None) -> list[int]:
         """This stream's items after resuming the run `resumed_from`."""

@@ -68,6 +68,8 @@ class UCVolumeConfig(datasets.BuilderConfig):
             `/local_disk0`, then a per-user temp folder). Not `cache_dir`: that one is
             `load_dataset`'s own, for the Arrow cache.
         node_cache_limit: cap on the node cache's bytes; None for no cap.
+        verify: check each cached copy's bytes against their checksum on every hit, not only
+            its length, and fetch again one that differs (see `air_core.FileStream`).
         fetch_threads: concurrent reads from the volume per DataLoader worker (default:
             32 when there are several workers, else 64).
         delta_table: a Delta table to export to `data_dir` as Parquet and stream (an export
@@ -95,6 +97,7 @@ class UCVolumeConfig(datasets.BuilderConfig):
     num_workers: Union[int, None] = None
     node_cache_dir: Union[str, None] = None
     node_cache_limit: Union[int, None] = None
+    verify: bool = False
     fetch_threads: Union[int, None] = None
     delta_table: Union[str, None] = None
     delta_version: Union[int, None] = None
@@ -116,6 +119,7 @@ class UCVolumeConfig(datasets.BuilderConfig):
             check.choice(name, value, choices)
         check.flag("labels", self.labels)
         check.flag("shuffle", self.shuffle)
+        check.flag("verify", self.verify)
         check.whole("seed", self.seed, low=0)
         for name in ("world_size", "num_workers", "fetch_threads"):
             check.whole(name, getattr(self, name), low=1, optional=True)
@@ -190,7 +194,7 @@ class UCVolume(datasets.ArrowBasedBuilder):
     def _generate_tables(self, shards: list) -> Iterator[tuple[int, pa.Table]]:
         freeze_inherited()
         c, reader = self.config, self._source.reader
-        cache = Cache(c.node_cache_dir, limit_bytes=c.node_cache_limit)
+        cache = Cache(c.node_cache_dir, limit_bytes=c.node_cache_limit, verify=c.verify)
         threads = c.fetch_threads or default_fetch_threads()
         pieces = [piece for shard in shards for piece in shard]
         if isinstance(reader, TableReader):

@@ -96,6 +96,9 @@ class UCVolumeDatasource(Datasource):
         cache_dir: the node cache folder on every node (default: each node's
             own `air_core.default_dir()`, resolved where the read task runs).
         cache_limit: cap on the cache's bytes; None for no cap.
+        verify: check each cached copy's bytes against their checksum on
+            every hit, not only its length, and fetch again one that differs
+            (see `air_core.FileStream`).
         fetch_threads: each read task's reads in flight (default 64).
         prefetch, prefetch_bytes: how far a task fetches ahead of the rows it
             has built, in files and bytes (default: the core's).
@@ -131,6 +134,7 @@ class UCVolumeDatasource(Datasource):
         equalize: Equalize = "none",
         cache_dir: str | None = None,
         cache_limit: int | None = None,
+        verify: bool = False,
         fetch_threads: int = DEFAULT_FETCH_THREADS,
         prefetch: int | None = None,
         prefetch_bytes: int | None = None,
@@ -145,6 +149,7 @@ class UCVolumeDatasource(Datasource):
         check.reject_unknown(unknown, datasource_options(), what="UCVolumeDatasource")
         check.choice("equalize", equalize, EQUALIZES)
         check.choice("on_error", on_error, ON_ERRORS)
+        check.flag("verify", verify)
         fetch = {k: v for k, v in (("fetch_threads", fetch_threads), ("prefetch", prefetch),
                                    ("prefetch_bytes", prefetch_bytes)) if v is not None}
         for name, value in fetch.items():
@@ -165,7 +170,7 @@ class UCVolumeDatasource(Datasource):
         self._include_paths = (not self._tables) if include_paths is None else bool(include_paths)
         self._want_bytes = None if include_bytes is None else bool(include_bytes)
         self._tasks = TaskSource(cache_dir=cache_dir and os.path.abspath(cache_dir), cache_limit=cache_limit,
-                                 fetch=fetch)
+                                 verify=verify, fetch=fetch)
         self._placed: np.ndarray | None = None  # by bucket: whether this copy reads it (see `by_node`)
         self._bucket: np.ndarray | None = None  # by piece key: its bucket, once a copy is placed
         self._estimate = self._check_share()

@@ -26,15 +26,19 @@ from .task_plan import BINARY_BYTES, binary_block_bytes
 
 @dataclass(frozen=True)
 class TaskSource:
-    """Where a task caches to and how it fetches; `cache_dir` None: the default of the node the task runs on."""
+    """Where a task caches to and how it fetches; `cache_dir` None: the default of the node the task runs on.
+
+    `verify`: hits hash each copy against its checksum (`air_core.Cache`).
+    """
 
     cache_dir: str | None
     cache_limit: int | None
+    verify: bool
     fetch: dict
 
     def cache(self) -> Cache:
         """This process's handle on its node's cache (resolved here, not on the driver)."""
-        return Cache(self.cache_dir, limit_bytes=self.cache_limit)
+        return Cache(self.cache_dir, limit_bytes=self.cache_limit, verify=self.verify)
 
 
 def bytes_type(largest: int) -> pa.DataType:

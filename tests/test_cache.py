@@ -201,11 +201,128 @@ def test_a_failed_range_copy_leaves_nothing_to_serve(volume, monkeypatch):
     src = volume.write("d/shard.parquet", data)
     vpath, st = volume.path("d/shard.parquet"), src.stat()
     cache = Cache(os.environ["AIR_CACHE_DIR"], limit_bytes=1 << 20)
-    real = cache_mod._sendfile
-    monkeypatch.setattr(cache_mod, "_sendfile", lambda s, d, start, stop: real(s, d, start, (start + stop) // 2))
+    real = cache_mod._copy
+    monkeypatch.setattr(cache_mod, "_copy", lambda s, d, start, stop, base: real(s, d, start, (start + stop) // 2, base))
     with pytest.raises(FetchError, match="changed while being read"):
         cache.get(str(src), vpath, st.st_size, st.st_mtime_ns, (1000, 9000))
-    entries = [p for p in (Path(cache.root) / "objects").rglob("*") if p.is_file() and not p.name.startswith(".")]
-    assert entries == [] and cache.usage() == 0  # only a hidden .part, and its room given back
-    monkeypatch.setattr(cache_mod, "_sendfile", real)
+    assert list((Path(cache.root) / "objects").rglob("*.*")) == [] and cache.usage() == 0  # no entry, no .part
+    monkeypatch.setattr(cache_mod, "_copy", real)
     assert Path(cache.get(str(src), vpath, st.st_size, st.st_mtime_ns, (1000, 9000))).read_bytes() == data[1000:9000]
+
+
+# -- a copy is checked before it is served ------------------------------------------------------------
+
+def copies(cache_root) -> list[Path]:
+    return sorted(p for p in (Path(cache_root) / "objects").rglob("*") if p.is_file() and not p.name.startswith("."))
+
+
+def flip_a_byte(path: Path, at: int = 0) -> None:
+    """Change one byte in place: the copy keeps its length, so only its checksum tells."""
+    with open(path, "r+b") as f:
+        f.seek(at)
+        b = f.read(1)
+        f.seek(at)
+        f.write(bytes([b[0] ^ 0xFF]))
+
+
+def test_a_cut_or_emptied_copy_is_never_served_but_fetched_again(volume):
+    cut, emptied = os.urandom(13_502), os.urandom(2_000)
+    volume.write("d/cut.jpg", cut)
+    volume.write("d/emptied.jpg", emptied)
+    first = {f.path.rsplit("/", 1)[1]: f.local_path for f in FileStream(volume.path("d"))}
+    os.truncate(first["cut.jpg"], 100)  # what a crash after an unsynced link, or a full disk, leaves
+    os.truncate(first["emptied.jpg"], 0)
+    stream = FileStream(volume.path("d"))
+    got = {f.path.rsplit("/", 1)[1]: f.read_bytes() for f in stream}
+    assert got == {"cut.jpg": cut, "emptied.jpg": emptied}
+    assert (stream.cache.stats.damaged, stream.cache.stats.misses, stream.cache.stats.hits) == (2, 2, 0)
+    assert stream.cache.info()["damaged"] == 2 and stream.cache.usage() == len(cut) + len(emptied)
+    again = FileStream(volume.path("d"))
+    assert sorted(f.read_bytes() for f in again) == sorted([cut, emptied]) and again.cache.stats.hits == 2
+
+
+def test_a_cut_range_entry_is_fetched_again(volume):
+    data = os.urandom(20_000)
+    src = volume.write("d/shard.parquet", data)
+    vpath, st = volume.path("d/shard.parquet"), src.stat()
+    cache = Cache(os.environ["AIR_CACHE_DIR"])
+    entry = cache.get(str(src), vpath, st.st_size, st.st_mtime_ns, (1000, 5000))
+    os.truncate(entry, 3999)
+    assert cache.lookup(vpath, st.st_size, st.st_mtime_ns, (1000, 5000)) is None
+    again = cache.get(str(src), vpath, st.st_size, st.st_mtime_ns, (1000, 5000))
+    assert Path(again).read_bytes() == data[1000:5000] and cache.stats.damaged == 1
+
+
+def test_verify_fetches_again_a_copy_whose_bytes_changed_under_the_same_length(volume, monkeypatch):
+    from air_core import cache as cache_mod
+
+    monkeypatch.setattr(cache_mod, "_RANGE", 1000)  # the large file is copied in ranges, each hashed apart
+    monkeypatch.setattr(cache_mod, "_RANGE_FROM", 2000)
+    small, large = os.urandom(1500), os.urandom(9_700)
+    volume.write("d/small.bin", small)
+    volume.write("d/large.bin", large)
+    list(FileStream(volume.path("d")))
+    for i, p in enumerate(copies(os.environ["AIR_CACHE_DIR"])):
+        flip_a_byte(p, at=1234 * i)
+    assert sorted(f.read_bytes() for f in FileStream(volume.path("d"))) != sorted([small, large])  # lengths only
+    stream = FileStream(volume.path("d"), verify=True)
+    assert sorted(f.read_bytes() for f in stream) == sorted([small, large])
+    assert stream.cache.stats.damaged == 2 and stream.cache.info()["damaged"] == 2
+    again = FileStream(volume.path("d"), verify=True)
+    assert len(list(again)) == 2 and again.cache.stats.hits == 2  # the new copies carry sound checksums
+
+
+def test_verify_takes_a_flag_and_a_cache_that_can_keep_checksums(volume):
+    volume.files("d", 2)
+    with pytest.raises(OptionError, match="verify='yes': give True or False"):
+        FileStream(volume.path("d"), verify="yes")
+
+
+# -- what a crash leaves is repaired by the cache itself ----------------------------------------------
+
+def part_of(entry: Path) -> Path:
+    return entry.with_name(f".{entry.name}.part")
+
+
+def test_a_part_file_a_killed_fetch_left_is_taken_over_or_pruned_but_never_one_in_progress(volume):
+    import fcntl
+
+    data = {k: os.urandom(3000 + k) for k in range(3)}
+    for k, d in data.items():
+        volume.write(f"d/f{k}.bin", d)
+    cache = Cache(os.environ["AIR_CACHE_DIR"])
+    entries = {f.path.rsplit("/", 1)[1]: Path(f.local_path) for f in FileStream(volume.path("d"))}
+    for name, entry in entries.items():  # each fetch was killed mid-copy: a torn .part, and no entry
+        part_of(entry).write_bytes(entry.read_bytes()[:1000])
+        entry.unlink()
+    busy = os.open(part_of(entries["f2.bin"]), os.O_WRONLY)
+    fcntl.flock(busy, fcntl.LOCK_EX)  # a fetch still copying f2
+    try:
+        (f0,) = [f for f in FileStream(volume.path("d"), include="f0.bin")]
+        assert f0.read_bytes() == data[0] and not part_of(entries["f0.bin"]).exists()
+        cache.prune()  # f1 is never read again: its .part has no fetch behind it
+        assert not part_of(entries["f1.bin"]).exists() and part_of(entries["f2.bin"]).exists()
+    finally:
+        os.close(busy)
+    assert [f.read_bytes() for f in FileStream(volume.path("d"), include="f2.bin")] == [data[2]]
+    assert not list(Path(cache.root).rglob("*.part"))
+
+
+def test_a_full_cache_leaves_no_part_files(volume):
+    volume.files("d", 60, size=lambda i: 1000)
+    stream = FileStream(volume.path("d"), cache_limit=20_000)
+    assert len(list(stream)) == 60 and stream.cache.stats.not_admitted == 40
+    assert not list(Path(stream.cache.root).rglob("*.part"))
+
+
+def test_a_torn_or_stale_ledger_is_counted_again_from_the_disk(volume):
+    volume.files("d", 10, size=lambda i: 1000)
+    list(FileStream(volume.path("d")))
+    root = Path(os.environ["AIR_CACHE_DIR"])
+    for ledger in (b"", b"\0\0\0\0", b"12345", b"999999 a-boot-before-the-last-crash"):
+        (root / "usage").write_bytes(ledger)
+        assert Cache(str(root)).usage() == 10_000, ledger
+    (root / "usage").write_bytes((root / "usage").read_bytes().replace(b" 10000 ", b"999999 "))
+    assert Cache(str(root)).usage() == 999_999  # this boot's: trusted (killed fetches leak their reservations)
+    cache = Cache(str(root), limit_bytes=50_000)  # over its cap by the ledger: prunes, and counts what is there
+    assert cache.usage() == 10_000 and len(copies(root)) == 10

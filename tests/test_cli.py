@@ -99,6 +99,7 @@ def test_cache_info_says_what_the_cache_holds(volume, capsys):
     assert main(["cache", "info"]) == 0
     out = capsys.readouterr().out
     assert f"folder: {root}" in out and "entries: 12\n" in out and "not kept here" in out
+    assert "damaged copies found: 0 " in out
 
 
 def test_cache_prune_removes_what_went_unused_and_spares_the_last_hour(volume, capsys):
@@ -139,6 +140,31 @@ def test_cache_clear_removes_entries_and_listings_but_never_a_folder_that_is_no_
     assert main(["cache", "clear", "--cache-dir", str(tmp_path / "home")]) == 2
     assert "holds no node cache" in capsys.readouterr().err
     assert (tmp_path / "home" / "notes.txt").read_text() == "mine"
+
+
+def test_cache_verify_reports_copies_whose_bytes_changed_and_repair_removes_them(volume, capsys):
+    from air_core import FileStream
+    from air_core.cli import main
+    from test_cache import flip_a_byte
+
+    root = cached(volume, 6)
+    assert main(["cache", "verify"]) == 0
+    assert "checked 6 of 6 entries" in capsys.readouterr().out
+    changed, cut = sorted(entries(root))[:2]
+    flip_a_byte(changed, at=50)  # the same length: only the checksum tells
+    os.truncate(cut, 10)
+    assert main(["cache", "verify"]) == 1
+    out = capsys.readouterr().out
+    assert f"damaged: {changed}\n" in out and f"damaged: {cut}\n" in out and ": 2 damaged\n" in out
+    assert len(entries(root)) == 6  # reported, left in place
+    assert main(["cache", "verify", "--repair"]) == 0
+    assert "2 damaged, removed" in capsys.readouterr().out and len(entries(root)) == 4
+    assert main(["cache", "info"]) == 0
+    assert "damaged copies found: 2 " in capsys.readouterr().out
+    stream = FileStream(volume.path("c"))
+    assert {f.path: f.read_bytes() for f in stream} == {
+        volume.path(str(p.relative_to(volume.local_vol))): p.read_bytes() for p in volume.local("c").rglob("*.bin")}
+    assert stream.cache.stats.misses == 2 and main(["cache", "verify"]) == 0
 
 
 def test_cache_commands_refuse_another_users_cache(volume, tmp_path, capsys):

@@ -94,6 +94,28 @@ def test_a_pack_reads_as_the_loose_files_and_packing_again_writes_nothing(volume
     assert {p: p.stat().st_mtime_ns for p in volume.local("packed").rglob("*")} == stamp
 
 
+def test_a_damaged_row_group_copy_is_never_served_but_fetched_again(volume):
+    import re
+
+    from test_cache import copies, flip_a_byte
+
+    loose = loose_files(volume)
+    pack(volume.path("d"), volume.path("packed"), shard_size=SHARD, row_group_size=SHARD // 4)
+    assert dict(read(volume.path("packed"))) == loose
+    ranges = [p for p in copies(os.environ["AIR_CACHE_DIR"]) if re.match(r"[0-9a-f]+-\d+-\d+-", p.name)]
+    assert len(ranges) > 4
+    for p in ranges[::2]:
+        os.truncate(p, p.stat().st_size // 2)
+    stream = FileStream(volume.path("packed"))
+    assert dict((f.path, f.read_bytes()) for f in stream) == loose
+    assert stream.cache.stats.damaged == len(ranges[::2])
+    for p in ranges[1::2]:
+        flip_a_byte(p, at=p.stat().st_size // 2)
+    stream = FileStream(volume.path("packed"), verify=True)
+    assert dict((f.path, f.read_bytes()) for f in stream) == loose
+    assert stream.cache.stats.damaged == len(ranges[1::2])
+
+
 ODD_SIZES = [0, 1, 5, 0, 3 << 20, 70_000, 0, 1_048_573, 12, 2_500_000, 0] + [300 + 97 * i for i in range(40)]
 
 

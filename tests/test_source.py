@@ -94,6 +94,34 @@ def test_unknown_options_are_named_with_the_closest_known_one(volume, tmp_path, 
         DOORS[door](files(volume), fil_extensions=["bin"], **extra)
 
 
+def read_contents(door: str, path: str, tmp_path, **options) -> list[bytes]:
+    """Every file's bytes as the front door `door` delivers them, read in this process."""
+    if door == "stream":
+        return [f.read_bytes() for f in FileStream(path, **options)]
+    if door == "hf":
+        return [r["bytes"] for r in open_hf(path, decode="bytes", cache_dir=str(tmp_path / "hf"), **options)]
+    if door == "ray":
+        tasks = open_ray(path, include_bytes=True, **options).get_read_tasks(2)
+        return [b for task in tasks for block in task() for b in block.column("bytes").to_pylist()]
+    from air_core.torch import UCVolumeDataset
+
+    return [open(p, "rb").read() for p in UCVolumeDataset(path, **options)]
+
+
+@pytest.mark.parametrize("door", ["stream", "hf", "ray", "torch"])
+def test_verify_makes_every_front_door_fetch_again_a_copy_whose_bytes_changed(volume, tmp_path, door):
+    from test_cache import copies, flip_a_byte
+
+    volume.files("d", 6)
+    want = sorted(read_contents("stream", volume.path("d"), tmp_path))
+    for p in copies(os.environ["AIR_CACHE_DIR"]):
+        flip_a_byte(p)
+    assert sorted(read_contents(door, volume.path("d"), tmp_path, verify=True)) == want
+    assert air_core.Cache().damaged() == 6
+    with pytest.raises(OptionError, match="verify=1: give True or False"):
+        read_contents(door, volume.path("d"), tmp_path, verify=1)
+
+
 def test_file_extensions_select_the_same_files_in_hf_and_ray(volume, tmp_path):
     volume.files("d", 6)
     volume.write("d/class0/notes.TXT", "x")

@@ -87,6 +87,8 @@ class UCVolumeDataset(torch.utils.data.IterableDataset):
         cache_dir: the node cache folder (default `$AIR_CACHE_DIR`, else
             `/local_disk0/...`, else a per-user temp folder).
         cache_limit: cap on the cache's bytes; None for no cap.
+        verify: check each cached copy's bytes against their checksum on every hit, not only
+            its length (see `air_core.FileStream`).
         fetch_threads: files read concurrently by each worker (default: 32 when there are
             several workers, else 64; see `air_core.default_fetch_threads`).
         prefetch: most files fetched ahead of the consumer, per worker.
@@ -107,6 +109,7 @@ class UCVolumeDataset(torch.utils.data.IterableDataset):
         equalize: Equalize = "none",
         cache_dir: str | None = None,
         cache_limit: int | None = None,
+        verify: bool = False,
         fetch_threads: int | None = None,
         prefetch: int = DEFAULT_PREFETCH,
         prefetch_bytes: int = DEFAULT_PREFETCH_BYTES,
@@ -115,7 +118,7 @@ class UCVolumeDataset(torch.utils.data.IterableDataset):
         super().__init__()
         self._stream = FileStream(
             path, include=include, exclude=exclude, shuffle=shuffle, seed=seed, balance=balance,
-            equalize=equalize, cache_dir=cache_dir, cache_limit=cache_limit, fetch_threads=fetch_threads,
+            equalize=equalize, cache_dir=cache_dir, cache_limit=cache_limit, verify=verify, fetch_threads=fetch_threads,
             prefetch=prefetch, prefetch_bytes=prefetch_bytes, on_error=on_error,
         )
         # Whether a pass has begun on this copy: the next pass is then the next epoch.
