@@ -49,6 +49,7 @@ class Source:
         mode: "files", "parquet" or "pack".
         given: the volume folder as the user named it (a pack's or an export's destination), for messages.
         cache_dir: the node cache folder given (None: the default), which keeps the listing for other processes.
+        local: where `path` lies on the machine that resolved the source.
         fingerprint: the listing's fingerprint: two sources with the same one read the same files.
     """
 
@@ -56,6 +57,9 @@ class Source:
                  given: str | None = None) -> None:
         self.path, self.mode, self.fingerprint = path, mode, manifest.fingerprint
         self.given = given or path
+        # Where the folder lies here, where it was resolved: a process elsewhere (a Ray task, an actor that
+        # plans them) may not share this one's AIR_VOLUMES_ROOT.
+        self.local = volume.parse(path).local
         self._listing, self.cache_dir = listing, cache_dir
         self._listing_file: str | None = None
         _remember(self.fingerprint, manifest=manifest)

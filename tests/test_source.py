@@ -14,7 +14,7 @@ from datasets import load_dataset
 import air_core.source
 import air_hf  # noqa: F401  (registers uc-volume)
 from air_core import (
-    EmptyVolumeError, FileStream, ManifestMismatchError, OptionError, ParquetError, resolve_source,
+    EmptyVolumeError, FileStream, ManifestMismatchError, OptionError, ParquetError, pack, resolve_source,
 )
 from air_ray import UCVolumeDatasource
 
@@ -60,6 +60,12 @@ def table(volume):
     return volume.path("t")
 
 
+def packed(volume):
+    volume.files("loose", 6)
+    pack(volume.path("loose"), volume.path("packed"))
+    return volume.path("packed")
+
+
 CASES = [
     # (folder, options, doors that take these options, error, words in the message)
     (files, {"mode": "parquet"}, ("hf", "ray"), OptionError, "mode='parquet' but"),
@@ -73,6 +79,11 @@ CASES = [
     (files, {"equalize": "even"}, ("stream", "hf", "ray"), OptionError, "equalize='even': choose one of"),
     (files, {"fetch_threads": 0}, ("stream", "hf", "ray"), OptionError, "fetch_threads=0: give a whole number"),
     (table, {"columns": ["nope"]}, ("hf",), OptionError, "give a non-empty list of the rows' columns, ['id', 'x']"),
+    # An option that does not apply to the format: the reader's words, the same at every door that takes it.
+    (packed, {"on_error": "skip"}, ("stream", "hf", "ray"), OptionError,
+     "on_error= applies to loose files: /Volumes/main/ml/raw/packed is a pack, read a row group at a time"),
+    (table, {"on_error": "skip"}, ("hf", "ray"), OptionError,
+     "on_error= applies to files mode: /Volumes/main/ml/raw/t is read as Parquet"),
 ]
 
 

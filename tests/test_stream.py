@@ -267,6 +267,7 @@ class _FrozenCount(torch.utils.data.IterableDataset):
 def test_a_plain_dataloader_worker_freezes_what_it_inherited(volume):
     # Else its first full collection copies every page of the parent's objects (measured: 31 MB a worker).
     volume.files("d", 8)
+    gc.unfreeze()  # an earlier test's DataLoader may have frozen nearly everything this process holds
     loader = torch.utils.data.DataLoader(_FrozenCount(FileStream(volume.path("d"))), num_workers=2,
                                          batch_size=None, multiprocessing_context="fork")
     frozen = gc.get_freeze_count()

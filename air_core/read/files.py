@@ -246,7 +246,7 @@ class FilesReader(FileRowsReader):
     def part(self, pieces: Sequence[int], *, epoch: int, seed: int, shuffle: bool) -> FilesPart:
         m = self.source.manifest
         rows = m.rows(pieces)
-        return FilesPart(m.root, volume.parse(m.root).local, m.fingerprint, rows, list(pieces))
+        return FilesPart(m.root, self.source.local, m.fingerprint, rows, list(pieces))
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterator, Sequence
 
 
-from .. import pack_plan, pack_read, pack_store, volume
+from .. import pack_plan, pack_read, pack_store
 from ..manifest import Manifest
 from ..row_plan import RowGroup, RowSlice, deal_rows
 from .files import CachedFile, FilesReader
@@ -103,7 +103,7 @@ class PackReader(FileRowsReader):
         files = pack_plan.files_of(self.units(), pieces, seed=seed, shuffle=shuffle, epoch=epoch)
         placed, used = self.placement().take(files)  # only its files' places and its shards' rows
         return PackPart(manifest.root, manifest.fingerprint, manifest.rows(files), files, placed, shards.root,
-                        volume.parse(shards.root).local, shards.fingerprint, shards.rows(used))
+                        source.local, shards.fingerprint, shards.rows(used))
 
 
 @dataclass(frozen=True)

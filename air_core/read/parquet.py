@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING, Iterator, Sequence
 
 import numpy as np
 
-from .. import volume
 from ..errors import EmptyVolumeError
 from ..manifest import Manifest
 from ..plan import epoch_order
@@ -85,7 +84,7 @@ class ParquetReader(TableReader):
     def part(self, pieces: Sequence[RowGroup | RowSlice], *, epoch: int, seed: int, shuffle: bool) -> ParquetPart:
         m = self.source.manifest
         files, local = localize(pieces)
-        return ParquetPart(m.root, volume.parse(m.root).local, m.fingerprint, m.rows(files), local)
+        return ParquetPart(m.root, self.source.local, m.fingerprint, m.rows(files), local)
 
 
 def rank_pieces(units: Sequence[RowGroup], rank: int, world_size: int, equalize: Equalize) -> list:
