@@ -180,3 +180,17 @@ def test_cache_commands_refuse_another_users_cache(volume, tmp_path, capsys):
         assert len(entries(root)) == 3
     finally:
         os.chown(root, 0, 0)
+
+
+def test_a_size_means_the_same_to_every_command():
+    from argparse import ArgumentTypeError
+
+    from air_core.cli import size
+    from air_core.sizes import parse_size
+
+    # SI units are decimal, IEC units and bare letters binary: `cache prune --limit` and `pack --shard-size` agree.
+    for text, expected in (("1GB", 10**9), ("1GiB", 1 << 30), ("1G", 1 << 30), ("500MB", 5 * 10**8),
+                           ("64k", 1 << 16), ("4096", 4096)):
+        assert size(text) == parse_size(text) == expected
+    with pytest.raises(ArgumentTypeError, match="GB = 10\\^9 bytes"):
+        size("lots")

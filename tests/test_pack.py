@@ -14,7 +14,8 @@ import pytest
 
 from air_core import EmptyVolumeError, FileStream, OptionError, VolumePathError, pack, resolve_source, run_state
 from air_core.grid import Grid
-from air_core.pack_layout import cuts, parse_size
+from air_core.pack_layout import cuts
+from air_core.sizes import parse_size
 from air_core.pack_plan import plan as pack_plan
 from air_core.pack_store import GENERATIONS, POINTER, pack_folder
 from conftest import wait_for
