@@ -14,6 +14,7 @@ from tqdm import tqdm
 from .cli_delta import add_export_delta_command
 from .cli_pack import add_pack_command
 from .errors import AirError, OptionError
+from .sizes import MEANING, parse_size
 
 
 def _demo(args: argparse.Namespace) -> None:
@@ -37,16 +38,15 @@ def _stage(args: argparse.Namespace) -> None:
     print(f"copied {result.copied} files ({result.bytes / 1e6:.1f} MB), {result.skipped} already up to date")
 
 
-_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 _SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
 def size(text: str) -> int:
-    """Bytes from `500M`, `10G`, `1GiB`, `4096` (powers of 1024)."""
-    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(?:i?b)?\s*", text.lower())
-    if not m:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a size: give e.g. 500M, 10G or 1GiB")
-    return int(float(m.group(1)) * _UNITS[m.group(2)])
+    """Bytes from `500M`, `10G`, `1GiB`, `2GB`, `4096` (see `air_core.sizes`)."""
+    try:
+        return parse_size(text)
+    except OptionError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def duration(text: str) -> float:
@@ -130,7 +130,8 @@ def parser() -> argparse.ArgumentParser:
                                                                  "are fetched again)")
         if name == "prune":
             a.add_argument("--older-than", type=duration, help="remove entries unused for this long (e.g. 7d)")
-            a.add_argument("--limit", type=size, help="then remove the least recently used down to this size")
+            a.add_argument("--limit", type=size, help="then remove the least recently used down to this size "
+                           f"(e.g. 100G; {MEANING})")
         a.set_defaults(func=_cache)
     add_pack_command(sub)
     return p

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from .sizes import MEANING
+
 
 def add_pack_command(subparsers: "argparse._SubParsersAction") -> argparse.ArgumentParser:
     """Add the `pack` subcommand to `air-data`'s subparsers; returns its parser."""
@@ -16,7 +18,7 @@ def add_pack_command(subparsers: "argparse._SubParsersAction") -> argparse.Argum
                     "loose files; any Parquet reader reads its shards.")
     p.add_argument("src", help="volume folder of files to pack, /Volumes/<catalog>/<schema>/<volume>/...")
     p.add_argument("dst", help="volume folder to publish the pack at (new, empty, or an earlier pack's)")
-    p.add_argument("--shard-size", default="1GiB", help="about how big each shard is (default 1GiB)")
+    p.add_argument("--shard-size", default="1GiB", help=f"about how big each shard is (default 1GiB; {MEANING})")
     p.add_argument("--row-group-size", default="16MiB",
                    help="about how many bytes of files each row group holds (default 16MiB)")
     p.add_argument("--include", action="append", help="glob of files to pack, relative to SRC (repeatable)")

@@ -50,7 +50,8 @@ from .errors import FetchError, VolumePathError
 from .fetch import ordered_map, retrying
 from .listing import list_folder
 from .manifest import Manifest
-from .pack_layout import layout, parse_size
+from .pack_layout import layout
+from .sizes import parse_size
 from .pack_store import GENERATIONS, INDEX, MARKER, OFFSETS, POINTER, POINTER_TMP, marker, offsets_name, point_at, \
     read_pointer, shard_name, write_whole
 from .parquet_pages import value_offsets

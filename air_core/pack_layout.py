@@ -44,21 +44,3 @@ def layout(sizes: Sequence[int], shard_bytes: int, row_group_bytes: int) -> list
     for start, stop in cuts(sizes, shard_bytes):
         out.append([(start + a, start + b) for a, b in cuts(sizes[start:stop], row_group_bytes)])
     return out
-
-
-def parse_size(text: str | int) -> int:
-    """Bytes from `1GiB`, `512MiB`, `2GB`, `64k` or a plain number (binary and decimal units)."""
-    if isinstance(text, int):
-        return text
-    units = {"": 1, "b": 1, "k": 1 << 10, "kb": 1000, "kib": 1 << 10, "m": 1 << 20, "mb": 1000**2, "mib": 1 << 20,
-             "g": 1 << 30, "gb": 1000**3, "gib": 1 << 30, "t": 1 << 40, "tb": 1000**4, "tib": 1 << 40}
-    s = str(text).strip().lower()
-    number = s.rstrip("kmgtib")
-    unit = s[len(number):]
-    try:
-        value = float(number)
-    except ValueError:
-        value = -1
-    if unit not in units or value <= 0:
-        raise OptionError(f"size {text!r}: give a positive number of bytes, e.g. 1GiB, 512MiB or 1000000")
-    return int(value * units[unit])

@@ -433,6 +433,32 @@ def scale_plot(records: list[dict], out: Path) -> None:
     fig.savefig(out, dpi=100)
 
 
+EMULATOR_NOTES = [
+    "## The emulator",
+    "",
+    "`netvol/` replaced an emulator that lived outside the repository. So that the figures keep their",
+    "meaning, the code of the commit before the change ran the benchmarks under both, in turn, benchmark by",
+    "benchmark, in one session (`results/emulator_check.json`): the same code, the emulator it replaced,",
+    "then netvol. Ratios to a baseline are to the baseline measured under the same emulator.",
+    "",
+    "| issue | measure | old emulator | netvol | netvol / old | ratio to baseline: old, netvol |",
+    "| --- | --- | ---: | ---: | ---: | --- |",
+]
+
+
+def emulator_section(rows: list[dict]) -> list[str]:
+    """The same code's headline figures under the emulator netvol replaced and under netvol."""
+    out = list(EMULATOR_NOTES)
+    for r in rows:
+        old, new = r["old"], r["new"]
+        change = f"{new / old:.2f}" if isinstance(old, (int, float)) and isinstance(new, (int, float)) and old else ""
+        ratios = (f"{r['old_ratio']:.2f}×, {r['new_ratio']:.2f}×" if r["old_ratio"] is not None
+                  and r["new_ratio"] is not None else "")
+        shown = [x if isinstance(x, str) else "" if x is None else fmt(x) for x in (old, new)]
+        out.append(f"| {r['issue']} | {r['measure']} | {shown[0]} | {shown[1]} | {change} | {ratios} |")
+    return out
+
+
 def render(results: Path, md: Path, png: Path) -> None:
     data = load(results)
     rows, bars = headline(data)
@@ -465,6 +491,9 @@ def render(results: Path, md: Path, png: Path) -> None:
         r = "" if ratio is None else f"{ratio:,.2f}×"
         m = "" if met is None else ("yes" if met else "**no**")
         lines.append(f"| {issue} | {what} | {o} | {base} | {r} | {target} | {m} |")
+    check = results / "emulator_check.json"
+    if check.exists():
+        lines += ["", *emulator_section(json.loads(check.read_text()))]
     lines += ["", *TORCH_NOTES, "", *RAY_NOTES, "", *STALLS_NOTES]
     if "pack" in data:
         lines += ["", *pack_section(data["pack"][1], png.with_name("results_pack.png"))]

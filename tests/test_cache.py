@@ -201,12 +201,12 @@ def test_a_failed_range_copy_leaves_nothing_to_serve(volume, monkeypatch):
     src = volume.write("d/shard.parquet", data)
     vpath, st = volume.path("d/shard.parquet"), src.stat()
     cache = Cache(os.environ["AIR_CACHE_DIR"], limit_bytes=1 << 20)
-    real = cache_mod._copy
-    monkeypatch.setattr(cache_mod, "_copy", lambda s, d, start, stop, base: real(s, d, start, (start + stop) // 2, base))
+    real = cache_mod._send
+    monkeypatch.setattr(cache_mod, "_send", lambda s, d, start, stop: real(s, d, start, (start + stop) // 2))
     with pytest.raises(FetchError, match="changed while being read"):
         cache.get(str(src), vpath, st.st_size, st.st_mtime_ns, (1000, 9000))
     assert list((Path(cache.root) / "objects").rglob("*.*")) == [] and cache.usage() == 0  # no entry, no .part
-    monkeypatch.setattr(cache_mod, "_copy", real)
+    monkeypatch.setattr(cache_mod, "_send", real)
     assert Path(cache.get(str(src), vpath, st.st_size, st.st_mtime_ns, (1000, 9000))).read_bytes() == data[1000:9000]
 
 
@@ -261,7 +261,7 @@ def test_verify_fetches_again_a_copy_whose_bytes_changed_under_the_same_length(v
     small, large = os.urandom(1500), os.urandom(9_700)
     volume.write("d/small.bin", small)
     volume.write("d/large.bin", large)
-    list(FileStream(volume.path("d")))
+    list(FileStream(volume.path("d"), verify=True))  # copies that record their checksums
     for i, p in enumerate(copies(os.environ["AIR_CACHE_DIR"])):
         flip_a_byte(p, at=1234 * i)
     assert sorted(f.read_bytes() for f in FileStream(volume.path("d"))) != sorted([small, large])  # lengths only
@@ -270,6 +270,15 @@ def test_verify_fetches_again_a_copy_whose_bytes_changed_under_the_same_length(v
     assert stream.cache.stats.damaged == 2 and stream.cache.info()["damaged"] == 2
     again = FileStream(volume.path("d"), verify=True)
     assert len(list(again)) == 2 and again.cache.stats.hits == 2  # the new copies carry sound checksums
+
+
+def test_verify_fetches_again_once_a_copy_made_without_a_checksum(volume):
+    volume.files("d", 4)
+    list(FileStream(volume.path("d")))  # sendfile copies, no checksum recorded
+    stream = FileStream(volume.path("d"), verify=True)
+    assert len(list(stream)) == 4 and stream.cache.stats.misses == 4 and stream.cache.stats.damaged == 0
+    again = FileStream(volume.path("d"), verify=True)
+    assert len(list(again)) == 4 and again.cache.stats.hits == 4
 
 
 def test_verify_takes_a_flag_and_a_cache_that_can_keep_checksums(volume):

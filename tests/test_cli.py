@@ -73,12 +73,12 @@ def test_bad_input_is_one_clear_line(volume, tmp_path):
 
 # -- air-data cache ----------------------------------------------------------------------------------
 
-def cached(volume, n: int) -> Path:
-    """A node cache holding n files, read through a stream; returns its folder."""
+def cached(volume, n: int, **options) -> Path:
+    """A node cache holding n files, read through a stream made with `options`; returns its folder."""
     from air_core import FileStream
 
     volume.files("c", n)
-    assert len(list(FileStream(volume.path("c")))) == n
+    assert len(list(FileStream(volume.path("c"), **options))) == n
     return Path(os.environ["AIR_CACHE_DIR"])
 
 
@@ -147,7 +147,7 @@ def test_cache_verify_reports_copies_whose_bytes_changed_and_repair_removes_them
     from air_core.cli import main
     from test_cache import flip_a_byte
 
-    root = cached(volume, 6)
+    root = cached(volume, 6, verify=True)  # copies that record their checksums
     assert main(["cache", "verify"]) == 0
     assert "checked 6 of 6 entries" in capsys.readouterr().out
     changed, cut = sorted(entries(root))[:2]
@@ -161,7 +161,7 @@ def test_cache_verify_reports_copies_whose_bytes_changed_and_repair_removes_them
     assert "2 damaged, removed" in capsys.readouterr().out and len(entries(root)) == 4
     assert main(["cache", "info"]) == 0
     assert "damaged copies found: 2 " in capsys.readouterr().out
-    stream = FileStream(volume.path("c"))
+    stream = FileStream(volume.path("c"), verify=True)
     assert {f.path: f.read_bytes() for f in stream} == {
         volume.path(str(p.relative_to(volume.local_vol))): p.read_bytes() for p in volume.local("c").rglob("*.bin")}
     assert stream.cache.stats.misses == 2 and main(["cache", "verify"]) == 0
@@ -180,3 +180,17 @@ def test_cache_commands_refuse_another_users_cache(volume, tmp_path, capsys):
         assert len(entries(root)) == 3
     finally:
         os.chown(root, 0, 0)
+
+
+def test_a_size_means_the_same_to_every_command():
+    from argparse import ArgumentTypeError
+
+    from air_core.cli import size
+    from air_core.sizes import parse_size
+
+    # SI units are decimal, IEC units and bare letters binary: `cache prune --limit` and `pack --shard-size` agree.
+    for text, expected in (("1GB", 10**9), ("1GiB", 1 << 30), ("1G", 1 << 30), ("500MB", 5 * 10**8),
+                           ("64k", 1 << 16), ("4096", 4096)):
+        assert size(text) == parse_size(text) == expected
+    with pytest.raises(ArgumentTypeError, match="GB = 10\\^9 bytes"):
+        size("lots")

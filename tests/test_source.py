@@ -124,7 +124,7 @@ def test_verify_makes_every_front_door_fetch_again_a_copy_whose_bytes_changed(vo
     from test_cache import copies, flip_a_byte
 
     volume.files("d", 6)
-    want = sorted(read_contents("stream", volume.path("d"), tmp_path))
+    want = sorted(read_contents("stream", volume.path("d"), tmp_path, verify=True))  # copies with checksums
     for p in copies(os.environ["AIR_CACHE_DIR"]):
         flip_a_byte(p)
     assert sorted(read_contents(door, volume.path("d"), tmp_path, verify=True)) == want

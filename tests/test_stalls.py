@@ -95,15 +95,15 @@ def test_a_hedge_wins_over_a_stuck_copy_which_then_neither_clobbers_nor_counts(v
     st = src.stat()
     cache = Cache(limit_bytes=1 << 20)
     release, stuck = threading.Event(), threading.Event()
-    copy = cache_mod._copy
+    send = cache_mod._send
 
-    def first_call_sticks(s, d, start, stop, base):
+    def first_call_sticks(s, d, start, stop):
         if not stuck.is_set():
             stuck.set()
             release.wait(30)
-        return copy(s, d, start, stop, base)
+        return send(s, d, start, stop)
 
-    monkeypatch.setattr(cache_mod, "_copy", first_call_sticks)
+    monkeypatch.setattr(cache_mod, "_send", first_call_sticks)
     first: list[str | None] = []
     t = threading.Thread(target=lambda: first.append(cache.get(str(src), volume.path("d/a.bin"), st.st_size,
                                                                st.st_mtime_ns)))
