@@ -59,10 +59,10 @@ def unreadable(monkeypatch):
 
     real = cache_mod.copy_into
 
-    def copy_into(source, volume_path, *args):
+    def copy_into(source, volume_path, *args, **kwargs):
         if volume_path.endswith(BAD):
             raise OSError(errno.EIO, "Input/output error")
-        return real(source, volume_path, *args)
+        return real(source, volume_path, *args, **kwargs)
 
     monkeypatch.setattr(cache_mod, "copy_into", copy_into)
     monkeypatch.setattr(fetch.time, "sleep", lambda s: None)
