@@ -21,7 +21,7 @@ from ..cache import Cache, read_bytes, read_fd
 from ..errors import FetchError
 from ..fetch import ordered_map, retrying
 from ..manifest import Manifest
-from .reader import FileRowsReader, Part, register
+from .reader import FileRowsPart, FileRowsReader, register
 
 if TYPE_CHECKING:
     from ..grid import Grid
@@ -250,7 +250,7 @@ class FilesReader(FileRowsReader):
 
 
 @dataclass(frozen=True)
-class FilesPart(Part):
+class FilesPart(FileRowsPart):
     """Loose files to read elsewhere: their rows of the listing, and where its root lies on the machine that
     listed it (a Ray worker may not share the driver's `AIR_VOLUMES_ROOT`)."""
 
@@ -259,18 +259,6 @@ class FilesPart(Part):
     fingerprint: str
     listing: list[tuple[str, int, int]]
     files: list[int]
-
-    @property
-    def rows(self) -> int:
-        return len(self.listing)
-
-    @property
-    def nbytes(self) -> int:
-        return sum(r[1] for r in self.listing)
-
-    @property
-    def largest(self) -> int:
-        return max((r[1] for r in self.listing), default=0)
 
     @property
     def input_files(self) -> list[str]:

@@ -13,10 +13,10 @@ from typing import TYPE_CHECKING, Iterator, Sequence
 
 from .. import pack_plan, pack_read, pack_store
 from ..manifest import Manifest
-from ..row_plan import RowGroup, RowSlice, deal_rows
+from ..row_plan import RowGroup, RowSlice
 from .files import CachedFile, FilesReader
-from .parquet import ParquetReader
-from .reader import FileRowsReader, Part, register
+from .reader import FileRowsPart, FileRowsReader, register
+from .row_groups import RowGroupPieces
 
 if TYPE_CHECKING:
     from ..cache import Cache
@@ -28,7 +28,7 @@ _LOOSE_ONLY = ("loose files: {path} is a pack, read a row group at a time: its s
 
 
 @register
-class PackReader(FileRowsReader):
+class PackReader(RowGroupPieces, FileRowsReader):
     """The files of a pack, in its shards' row groups."""
 
     mode = "pack"
@@ -67,13 +67,6 @@ class PackReader(FileRowsReader):
     def pieces(self, files: Sequence[int]) -> list[RowGroup | RowSlice]:
         return pack_plan.pieces(self.units(), files)
 
-    def count(self, pieces: Sequence[RowGroup | RowSlice]) -> int:
-        return sum(p.num_rows for p in pieces)
-
-    def deal(self, pieces: Sequence[RowGroup | RowSlice], parts: int, *, seed: int, shuffle: bool,
-             equalize: Equalize) -> list[list]:
-        return deal_rows(pieces, parts, seed=seed, shuffle=shuffle, equalize=equalize)
-
     def plan(self, grid: Grid, resumed_from: dict | None, *, epoch: int, seed: int, shuffle: bool, balance: str,
              equalize: Equalize) -> list[int]:
         return pack_plan.plan(self._unit_rows(), grid, resumed_from, epoch=epoch, seed=seed, shuffle=shuffle,
@@ -92,11 +85,6 @@ class PackReader(FileRowsReader):
         source = self.source
         return pack_read.read_files(source.manifest, self.placement(), self.shards(), items, cache)
 
-    # A pack's row groups are shared out and weighed as a Parquet tree's are.
-    share = ParquetReader.share
-    share_weights = ParquetReader.share_weights
-    weights = ParquetReader.weights
-
     def part(self, pieces: Sequence[RowGroup | RowSlice], *, epoch: int, seed: int, shuffle: bool) -> PackPart:
         source = self.source
         manifest, shards = source.manifest, self.shards()
@@ -107,7 +95,7 @@ class PackReader(FileRowsReader):
 
 
 @dataclass(frozen=True)
-class PackPart(Part):
+class PackPart(FileRowsPart):
     """Packed files to read elsewhere: their rows of the pack's listing, their places in their row groups, and
     those row groups' shards' rows."""
 
@@ -120,18 +108,6 @@ class PackPart(Part):
     shard_local_root: str
     shard_fingerprint: str
     shard_listing: list[tuple[str, int, int]]
-
-    @property
-    def rows(self) -> int:
-        return len(self.listing)
-
-    @property
-    def nbytes(self) -> int:
-        return sum(r[1] for r in self.listing)
-
-    @property
-    def largest(self) -> int:
-        return max((r[1] for r in self.listing), default=0)
 
     @property
     def input_files(self) -> list[str]:

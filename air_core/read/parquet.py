@@ -10,26 +10,23 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Iterator, Sequence
 
-import numpy as np
-
 from ..errors import EmptyVolumeError
 from ..manifest import Manifest
-from ..plan import epoch_order
-from ..row_plan import RowGroup, RowSlice, deal_rows, piece_bytes, split_rows, unit_of
+from ..row_plan import RowGroup, RowSlice, piece_bytes, unit_of
 from .reader import Part, TableReader, register
+from .row_groups import RowGroupPieces
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
     from ..cache import Cache
-    from ..plan import Equalize
 
 _FILES_ONLY = ("files mode: {path} is read as Parquet, whose rows are the tables' rows (skipping a file would drop "
                "rows of the table); pass mode='files' to read Parquet files as files")
 
 
 @register
-class ParquetReader(TableReader):
+class ParquetReader(RowGroupPieces, TableReader):
     """The rows of a tree of Parquet files of one schema, hive partition folders kept as string columns."""
 
     mode = "parquet"
@@ -49,13 +46,6 @@ class ParquetReader(TableReader):
         member = set(files)
         return [u for u in self.units() if u.file in member]
 
-    def deal(self, pieces: Sequence[RowGroup | RowSlice], parts: int, *, seed: int, shuffle: bool,
-             equalize: Equalize) -> list[list]:
-        return deal_rows(pieces, parts, seed=seed, shuffle=shuffle, equalize=equalize)
-
-    def count(self, pieces: Sequence[RowGroup | RowSlice]) -> int:
-        return sum(p.num_rows for p in pieces)
-
     def schema(self) -> pa.Schema:
         """The tables' schema, hive partition columns appended as strings."""
         from .. import tabular
@@ -68,30 +58,10 @@ class ParquetReader(TableReader):
 
         return tabular.read_units(self.source.manifest, pieces, cache, columns=columns, fetch_threads=fetch_threads)
 
-    def share(self, rank: int, world_size: int, *, epoch: int, seed: int, shuffle: bool,
-              equalize: Equalize) -> tuple[np.ndarray, list]:
-        pieces = rank_pieces(self.units(), rank, world_size, equalize)
-        order = epoch_order(len(pieces), epoch=epoch, seed=seed, shuffle=shuffle)
-        return np.asarray(order, dtype=np.int64), [pieces[k] for k in order]
-
-    def share_weights(self, rank: int, world_size: int, *, equalize: Equalize) -> np.ndarray:
-        pieces = rank_pieces(self.units(), rank, world_size, equalize)
-        return np.array([piece_bytes(p) for p in pieces], dtype=np.int64)
-
-    def weights(self, pieces: Sequence[RowGroup | RowSlice]) -> list[int]:
-        return [piece_bytes(p) for p in pieces]
-
     def part(self, pieces: Sequence[RowGroup | RowSlice], *, epoch: int, seed: int, shuffle: bool) -> ParquetPart:
         m = self.source.manifest
         files, local = localize(pieces)
         return ParquetPart(m.root, self.source.local, m.fingerprint, m.rows(files), local)
-
-
-def rank_pieces(units: Sequence[RowGroup], rank: int, world_size: int, equalize: Equalize) -> list:
-    """`rank`'s row groups and row ranges, in the same order every epoch (whole row groups on one rank)."""
-    if world_size == 1 and equalize == "none":
-        return [u for u in units if u.num_rows]
-    return split_rows(units, world_size, equalize)[rank]
 
 
 def localize(pieces: Sequence[RowGroup | RowSlice]) -> tuple[list[int], list[RowGroup | RowSlice]]:

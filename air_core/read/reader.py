@@ -192,3 +192,21 @@ class TableReader(Reader):
                     fetch_threads: int) -> Iterator[pa.Table]:
         """One table per piece, in order, through the node cache, fetched ahead; only `columns` when given."""
         raise NotImplementedError
+
+
+class FileRowsPart(Part):
+    """A part of file rows, whose `listing` holds the (relative path, size, mtime_ns) of the files it yields."""
+
+    listing: list[tuple[str, int, int]]
+
+    @property
+    def rows(self) -> int:
+        return len(self.listing)
+
+    @property
+    def nbytes(self) -> int:
+        return sum(r[1] for r in self.listing)
+
+    @property
+    def largest(self) -> int:
+        return max((r[1] for r in self.listing), default=0)
