@@ -35,3 +35,7 @@ class ParquetError(AirError, ValueError):
 
 class TableError(AirError, ValueError):
     """A table that cannot be exported: not a Delta table, a version it does not have, or unreadable data."""
+
+
+class RecordError(AirError, ValueError):
+    """A record of a line file (JSON Lines, CSV, text) that does not parse, or does not fit the features."""

@@ -23,6 +23,8 @@ from __future__ import annotations
 import os
 from typing import Any, Callable, Literal, Sequence, TypeVar
 
+import numpy as np
+
 from . import dist, options, pack_store, volume
 from .cache import Cache
 from .errors import ManifestMismatchError, OptionError
@@ -32,9 +34,11 @@ from .read import READERS, Reader
 
 T = TypeVar("T")
 
-Mode = Literal["auto", "files", "parquet", "pack"]
-MODES = ("auto", "files", "parquet", "pack")
+Mode = Literal["auto", "files", "parquet", "pack", "json", "csv", "text"]
+MODES = ("auto", "files", "parquet", "pack", "json", "csv", "text")
 Globs = str | Sequence[str] | None
+# Options of one format or another (see each reader's `takes`); None: not given.
+FORMAT_OPTIONS = ("schema", "delimiter", "sample_by")
 
 _MEMO_SIZE = 4
 _memo: dict[str, dict[str, Any]] = {}  # by fingerprint: the listing, row groups and schema this process holds
@@ -51,11 +55,13 @@ class Source:
         cache_dir: the node cache folder given (None: the default), which keeps the listing for other processes.
         local: where `path` lies on the machine that resolved the source.
         fingerprint: the listing's fingerprint: two sources with the same one read the same files.
+        options: the format options given (`schema`, `delimiter`, `sample_by`), for its reader.
     """
 
     def __init__(self, path: str, mode: str, manifest: Manifest, listing: dict, cache_dir: str | None,
-                 given: str | None = None) -> None:
+                 given: str | None = None, options: dict[str, Any] | None = None) -> None:
         self.path, self.mode, self.fingerprint = path, mode, manifest.fingerprint
+        self.options = options or {}
         self.given = given or path
         # Where the folder lies here, where it was resolved: a process elsewhere (a Ray task, an actor that
         # plans them) may not share this one's AIR_VOLUMES_ROOT.
@@ -117,6 +123,9 @@ def resolve_source(
     spark: Any = None,
     cache_dir: str | None = None,
     manifest: Manifest | None = None,
+    schema: Any = None,
+    delimiter: str | None = None,
+    sample_by: str | None = None,
 ) -> Source:
     """Resolve what to read: path and selection -> mode -> Delta export -> listing -> row groups.
 
@@ -127,9 +136,13 @@ def resolve_source(
             `delta_table`: the table is read in place, from its own files,
             where that is exact (no deletion vectors, column mapping or
             partition columns; see `air_core.delta.in_place`).
-        mode: "auto" ("parquet" when every file is `.parquet`, "files" when
-            none is, an error for a mix), "files", "parquet" or "pack". A pack
-            (see `air_core.pack`) reads as "pack" in modes "auto", "files" and
+        mode: "auto": a format's when every file has its extensions
+            ("parquet": `.parquet`; "json": `.jsonl`, `.ndjson`; "csv":
+            `.csv`, `.tsv`; the line formats also compressed, `.gz`, `.zst`),
+            "files" when no file has a format's, an error for a mix. Or
+            "files", "parquet", "pack", "json" (JSON Lines, `.json` too),
+            "csv" or "text" (a row per line of any file). A pack (see
+            `air_core.pack`) reads as "pack" in modes "auto", "files" and
             "pack": a row per packed file; mode="parquet" reads its shards' rows.
         include: glob(s) of files to keep, relative to `path` (`*` crosses `/`).
         exclude: glob(s) of files to leave out.
@@ -140,12 +153,19 @@ def resolve_source(
         cache_dir: the node cache folder that keeps the listing for other
             processes (default: `air_core.default_dir()`, where it is saved).
         manifest: a listing of `path` to use instead of listing it.
+        schema: a table format's rows are read into this `pyarrow.Schema`
+            (inferred from the files when not given).
+        delimiter: CSV: the field delimiter (default: from the extension, a
+            tab for `.tsv`, else a comma).
+        sample_by: text: "line" (default), "paragraph" or "document" (a row per file).
 
     Raises:
         VolumePathError, EmptyVolumeError, OptionError, ParquetError, TableError:
         on the calling process, before any data is read.
     """
     options.choice("mode", mode, MODES)
+    given_options = {k: v for k, v in (("schema", schema), ("delimiter", delimiter), ("sample_by", sample_by))
+                     if v is not None}
     if path is None:
         if delta_table is None:
             raise OptionError("give a volume folder to read, or delta_table= to read a Delta table")
@@ -155,7 +175,7 @@ def resolve_source(
             raise OptionError("spark= exports the table: give data_dir=, the volume folder to export it to")
         listing = {"table": delta_table, "version": delta_version}
         manifest = dist.list_once(lambda: _list(None, listing), _listings(cache_dir))
-        return _finish(Source(manifest.root, "parquet", manifest, listing, cache_dir))
+        return _finish(Source(manifest.root, "parquet", manifest, listing, cache_dir, options=given_options))
     path = given = volume.parse(path).path
     if delta_table is not None:
         if mode == "files":
@@ -174,8 +194,8 @@ def resolve_source(
 
         path = current_export(path) or path  # an export's destination reads as its current export
         packed = pack_store.pack_folder(path)
-        if packed is not None and mode != "parquet":
-            return _pack_source(packed, path, include, exclude, file_extensions, cache_dir)
+        if packed is not None and mode in ("auto", "files", "pack"):
+            return _finish(_pack_source(packed, path, include, exclude, file_extensions, cache_dir, given_options))
         if mode == "parquet" and packed is not None:
             path = packed
     if mode == "pack":
@@ -188,11 +208,17 @@ def resolve_source(
         if manifest.root != path:
             raise OptionError(f"manifest= lists {manifest.root}, not {path}")
         dist.check_same(manifest)
-    return _finish(Source(path, _mode(manifest, mode), manifest, listing, cache_dir, given))
+    return _finish(Source(path, _mode(manifest, mode), manifest, listing, cache_dir, given, given_options))
 
 
 def _finish(source: Source) -> Source:
-    source.reader.validate()
+    reader = source.reader
+    for name in source.options:
+        if name not in reader.takes:
+            modes = [m for m, r in READERS.items() if name in r.takes]
+            raise OptionError(f"{name}= applies to mode {' or '.join(repr(m) for m in modes)}: {source.given} is "
+                              f"read in mode {source.mode!r}")
+    reader.validate()
     return source
 
 
@@ -206,7 +232,7 @@ def _list(path: str | None, listing: dict) -> Manifest:
 
 
 def _pack_source(folder: str, given: str, include: Globs, exclude: Globs, file_extensions: Sequence[str] | None,
-                 cache_dir: str | None) -> Source:
+                 cache_dir: str | None, format_options: dict[str, Any]) -> Source:
     if include is not None or exclude is not None or file_extensions is not None:
         raise OptionError(f"{folder} is a pack, read whole: choose the files when packing "
                           "(air-data pack --include/--exclude), or read the loose folder")
@@ -214,7 +240,7 @@ def _pack_source(folder: str, given: str, include: Globs, exclude: Globs, file_e
 
     generation = pack_store.load_generation(folder)
     manifest = dist.list_once(lambda: pack_read.index(generation, cache_dir), _listings(cache_dir))
-    source = Source(folder, "pack", manifest, {}, cache_dir, given)
+    source = Source(folder, "pack", manifest, {}, cache_dir, given, format_options)
     source.held("generation", lambda: generation)
     return source
 
@@ -235,23 +261,44 @@ def _extensions(extensions: Sequence[str] | None) -> tuple[str, ...] | None:
 
 
 def _mode(manifest: Manifest, mode: str) -> str:
-    """The mode to read in: the one given, checked against the files, or the one their names say."""
+    """The mode to read in: the one given, checked against the files' names, or the one their names say."""
     if mode == "files":
         return "files"
-    parquet = manifest.paths.endswith(".parquet")
-    if mode == "auto" and not parquet.any():
-        return "files"
-    if parquet.all():
-        return "parquet"
-    first = manifest.paths[int(parquet.argmax())] if parquet.any() else None
-    other = manifest.paths[int(parquet.argmin())]
-    select = "select the Parquet files with include='*.parquet' or file_extensions=['parquet']"
-    if mode == "parquet":
-        raise OptionError(f"mode='parquet' but {manifest.root} holds other files ({other}): {select}")
-    raise OptionError(
-        f"{manifest.root} mixes Parquet files ({first}) with other files ({other}): {select}, "
-        "or read every file as a row with mode='files'"
-    )
+    if mode != "auto":
+        reader = READERS[mode]
+        suffixes = reader.suffixes(given=True)
+        if suffixes is not None:
+            ours = _having(manifest, suffixes)
+            if not ours.all():
+                other = manifest.paths[int(ours.argmin())]
+                raise OptionError(f"mode={mode!r} but {manifest.root} holds other files ({other}): "
+                                  f"{_select(reader, suffixes)}")
+        return mode
+    for name, reader in READERS.items():
+        suffixes = reader.suffixes(given=False)
+        if not suffixes:
+            continue
+        ours = _having(manifest, suffixes)
+        if ours.all():
+            return name
+        if ours.any():
+            first, other = manifest.paths[int(ours.argmax())], manifest.paths[int(ours.argmin())]
+            raise OptionError(f"{manifest.root} mixes {reader.label} files ({first}) with other files ({other}): "
+                              f"{_select(reader, suffixes)}, or read every file as a row with mode='files'")
+    return "files"
+
+
+def _having(manifest: Manifest, suffixes: Sequence[str]) -> np.ndarray:
+    """Which files' names end with one of `suffixes`."""
+    mask = np.zeros(len(manifest), dtype=bool)
+    for suffix in suffixes:
+        mask |= manifest.paths.endswith(suffix)
+    return mask
+
+
+def _select(reader: type[Reader], suffixes: Sequence[str]) -> str:
+    exts = [s.lstrip(".") for s in suffixes]
+    return f"select the {reader.label} files with include='*{suffixes[0]}' or file_extensions={exts}"
 
 
 def _remember(fingerprint: str, **found: Any) -> dict[str, Any]:
@@ -268,4 +315,4 @@ def _listings(cache_dir: str | None) -> str:
     return os.path.join(Cache(cache_dir).root, "manifests")
 
 
-__all__ = ["MODES", "Mode", "Source", "check_columns", "resolve_source"]
+__all__ = ["FORMAT_OPTIONS", "MODES", "Mode", "Source", "check_columns", "resolve_source"]

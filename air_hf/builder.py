@@ -49,8 +49,13 @@ class UCVolumeConfig(datasets.BuilderConfig):
         exclude: glob(s) of files to leave out.
         file_extensions: keep only files with these extensions (case-insensitive), as in Ray's readers.
         mode: "files" (a row per file), "parquet" (the tables' rows; row groups are the
-            units), or "auto": "parquet" when every file is `.parquet`, "files" when none is.
+            units), "json" (JSON Lines: a row per object), "csv" (a row per record),
+            "text" (a row per line, paragraph or file, in `text`), or "auto": a format's
+            when every file has its extensions (`.parquet`; `.jsonl`, `.ndjson`; `.csv`,
+            `.tsv`; the line formats also as `.gz`, `.zst`), "files" when none has.
             A pack (`air-data pack`) reads as its files in "auto", "files" and "pack" modes.
+            Large uncompressed line files are cut into spans, each owning the records that
+            start in it, so one file is shared by every rank and worker.
         decode: files mode: the column added to path/local_path/size: "path" (none),
             "bytes", "text" (UTF-8), "image" (`datasets.Image()`) or "audio" (`datasets.Audio()`).
         labels: files mode: add a `label` ClassLabel from each file's parent folder.
@@ -77,11 +82,19 @@ class UCVolumeConfig(datasets.BuilderConfig):
             `air_core.export_delta(table, data_dir, spark=spark)` first and load `data_dir`:
             a SparkSession cannot travel inside a dataset's config.
         delta_version: the table version to export (default: the latest).
-        columns: Parquet mode: the columns to read, as `load_dataset("parquet", columns=...)`;
+        columns: a table's modes: the columns to read, as `load_dataset("parquet", columns=...)`;
             the others are never decoded.
         on_error: files mode: "raise" (default): a file that stays unreadable through every
             retry fails the pass, naming it; "skip": it is left out with a warning (with
-            `equalize`, another row of its shard stands in, so counts stay equal).
+            `equalize`, another row of its shard stands in, so counts stay equal). JSON Lines,
+            CSV and text: "skip" leaves out a malformed record with a warning naming it.
+        delimiter: CSV mode: the field delimiter (default: a tab for `.tsv`, else a comma).
+        sample_by: text mode: "line" (default), "paragraph" or "document" (a row per file).
+
+    `load_dataset(..., features=...)` reads a table's rows into those features
+    (JSON Lines, CSV: parsed as them; Parquet: cast); without it they are
+    inferred from the files (JSON Lines, CSV: from the records at the start of
+    the listing, the same on every rank and worker).
     """
 
     include: Union[str, list, None] = None
@@ -103,6 +116,8 @@ class UCVolumeConfig(datasets.BuilderConfig):
     delta_version: Union[int, None] = None
     columns: Union[list, None] = None
     on_error: str = "raise"
+    delimiter: Union[str, None] = None
+    sample_by: Union[str, None] = None
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -126,10 +141,12 @@ class UCVolumeConfig(datasets.BuilderConfig):
         check.whole("node_cache_limit", self.node_cache_limit, low=0, optional=True)
 
 
-def _resolve(config: UCVolumeConfig) -> Source:
+def _resolve(config: UCVolumeConfig, features: datasets.Features | None) -> Source:
     return resolve_source(config.data_dir, mode=config.mode, include=config.include, exclude=config.exclude,
                           file_extensions=config.file_extensions, delta_table=config.delta_table,
-                          delta_version=config.delta_version, cache_dir=config.node_cache_dir)
+                          delta_version=config.delta_version, cache_dir=config.node_cache_dir,
+                          schema=None if features is None else features.arrow_schema,
+                          delimiter=config.delimiter, sample_by=config.sample_by)
 
 
 def _features(config: UCVolumeConfig, source: Source) -> datasets.Features:
@@ -152,7 +169,7 @@ _PUBLIC = _OPTIONS - {"name", "version", "data_files", "description"}
 
 
 class UCVolume(datasets.ArrowBasedBuilder):
-    """Streams a volume folder: a row per file, or the rows of a Parquet tree."""
+    """Streams a volume folder: a row per file, or the rows of a table (Parquet, JSON Lines, CSV, text)."""
 
     BUILDER_CONFIG_CLASS = UCVolumeConfig
     config: UCVolumeConfig
@@ -163,7 +180,7 @@ class UCVolume(datasets.ArrowBasedBuilder):
         # fingerprint joins the config id so that a changed folder gets a fresh Arrow cache.
         check.reject_unknown(set(config_kwargs) - _OPTIONS - {"config_id"}, _PUBLIC, what="uc-volume")
         config, config_id = super()._create_builder_config(config_name, custom_features, **config_kwargs)
-        self._source = _resolve(config)
+        self._source = _resolve(config, custom_features)
         self._features = _features(config, self._source)
         return config, f"{config_id}-{self._source.fingerprint[:16]}"
 
@@ -199,7 +216,8 @@ class UCVolume(datasets.ArrowBasedBuilder):
         pieces = [piece for shard in shards for piece in shard]
         if isinstance(reader, TableReader):
             names = list(self._features)
-            tables = reader.read_tables(pieces, cache, columns=c.columns, fetch_threads=threads)
+            tables = reader.read_tables(pieces, cache, columns=c.columns, fetch_threads=threads, seed=c.seed,
+                                        shuffle=c.shuffle, on_error=c.on_error)
             yield from enumerate(t.select(names) for t in tables)
             return
         features = self._features

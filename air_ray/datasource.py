@@ -74,8 +74,12 @@ class UCVolumeDatasource(Datasource):
 
     Args:
         path: a volume folder, `/Volumes/<catalog>/<schema>/<volume>/...` or `dbfs:/Volumes/...`.
-        mode: "auto" (Parquet when every file is `.parquet`, files when none
-            is, an error for a mix), "files" or "parquet".
+        mode: "auto" (a format's when every file has its extensions:
+            `.parquet`; `.jsonl`, `.ndjson`; `.csv`, `.tsv`, the line formats
+            also as `.gz`, `.zst`; files when none has; an error for a mix),
+            "files", "parquet", "json" (JSON Lines), "csv" or "text" (a row
+            per line in `text`). Large uncompressed line files are cut into
+            spans, each owning the records that start in it.
         include: glob(s) of files to keep, relative to `path` (`*` crosses `/`).
         exclude: glob(s) of files to leave out.
         file_extensions: keep only files with these extensions (case-insensitive), as in Ray's readers.
@@ -112,6 +116,12 @@ class UCVolumeDatasource(Datasource):
             version is reused. Without `path`, the table is read in place,
             from its own files, where that is exact (no deletion vectors,
             column mapping or partition columns; otherwise an error says so).
+        schema: a table's modes: read the rows into this `pyarrow.Schema`
+            (JSON Lines, CSV: parsed as it; Parquet: cast); default: inferred
+            from the files (JSON Lines, CSV: from the records at the start of
+            the listing).
+        delimiter: CSV mode: the field delimiter (default: a tab for `.tsv`, else a comma).
+        sample_by: text mode: "line" (default), "paragraph" or "document" (a row per file).
 
     Raises:
         VolumePathError, EmptyVolumeError, OptionError, ParquetError: on the
@@ -142,6 +152,9 @@ class UCVolumeDatasource(Datasource):
         delta_table: str | None = None,
         delta_version: int | None = None,
         spark: Any = None,
+        schema: pa.Schema | None = None,
+        delimiter: str | None = None,
+        sample_by: str | None = None,
         **unknown: Any,
     ) -> None:
         super().__init__()
@@ -161,12 +174,12 @@ class UCVolumeDatasource(Datasource):
         self._equalize = equalize
         self._source = resolve_source(path, mode=mode, include=include, exclude=exclude,
                                       file_extensions=file_extensions, delta_table=delta_table,
-                                      delta_version=delta_version, spark=spark, cache_dir=cache_dir)
+                                      delta_version=delta_version, spark=spark, cache_dir=cache_dir,
+                                      schema=schema, delimiter=delimiter, sample_by=sample_by)
         reader = self._source.reader
         reader.check(on_error=on_error, include_bytes=include_bytes)
         self._tables = isinstance(reader, TableReader)
-        if not self._tables:
-            fetch["on_error"] = on_error
+        fetch["on_error"] = on_error
         self._include_paths = (not self._tables) if include_paths is None else bool(include_paths)
         self._want_bytes = None if include_bytes is None else bool(include_bytes)
         self._tasks = TaskSource(cache_dir=cache_dir and os.path.abspath(cache_dir), cache_limit=cache_limit,
@@ -222,6 +235,8 @@ class UCVolumeDatasource(Datasource):
         pieces = self._share(epoch)
         parts = task_plan.task_count(len(pieces), parallelism, min_per_task=reader.pieces_per_task)
         columns = self._get_data_columns() if self._tables else None
+        if columns == []:  # a count: Ray joins blocks without columns into none of their rows, so keep one
+            columns = reader.schema().names[:1]
         schema = self.schema()
         tasks = []
         for group in task_plan.groups(reader.weights(pieces), parts):

@@ -13,9 +13,14 @@ from .files import (
 from .pack import PackReader
 from .parquet import ParquetReader
 from .reader import READERS, FileRowsReader, Part, Reader, TableReader, register
+from .jsonl import JsonReader
+from .delimited import CsvReader
+from .text import TextReader
+from .lines import LinesReader
 
 __all__ = [
-    "DEFAULT_FETCH_THREADS", "DEFAULT_PREFETCH", "DEFAULT_PREFETCH_BYTES", "FileRowsReader", "FilesReader",
+    "CsvReader", "DEFAULT_FETCH_THREADS", "DEFAULT_PREFETCH", "DEFAULT_PREFETCH_BYTES", "FileRowsReader", "FilesReader",
+    "JsonReader", "LinesReader", "TextReader",
     "ON_ERRORS", "OnError", "PackReader", "ParquetReader", "Part", "READERS", "Reader", "TableReader", "CachedFile",
     "Skipped", "default_fetch_threads", "read_items", "register", "without_skips",
 ]

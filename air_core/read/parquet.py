@@ -8,9 +8,9 @@ no pyarrow.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Iterator, Sequence
+from typing import TYPE_CHECKING, Iterable, Iterator, Sequence
 
-from ..errors import EmptyVolumeError
+from ..errors import EmptyVolumeError, ParquetError
 from ..manifest import Manifest
 from ..row_plan import RowGroup, RowSlice, piece_bytes, unit_of
 from .reader import Part, TableReader, register
@@ -30,6 +30,8 @@ class ParquetReader(RowGroupPieces, TableReader):
     """The rows of a tree of Parquet files of one schema, hive partition folders kept as string columns."""
 
     mode = "parquet"
+    label = "Parquet"
+    extensions = ("parquet",)
     refused = dict.fromkeys(("decode", "labels", "on_error", "include_bytes"), _FILES_ONLY)
 
     def units(self) -> list[RowGroup]:
@@ -47,21 +49,41 @@ class ParquetReader(RowGroupPieces, TableReader):
         return [u for u in self.units() if u.file in member]
 
     def schema(self) -> pa.Schema:
-        """The tables' schema, hive partition columns appended as strings."""
+        """The schema given, or the tables', hive partition columns appended as strings."""
         from .. import tabular
 
-        return self.source.held("schema", lambda: tabular.schema(self.source.manifest, self.units()))
+        given = self.source.options.get("schema")
+        return given or self.source.held("schema", lambda: tabular.schema(self.source.manifest, self.units()))
 
     def read_tables(self, pieces: Sequence[RowGroup | RowSlice], cache: Cache, *, columns: Sequence[str] | None,
-                    fetch_threads: int) -> Iterator[pa.Table]:
+                    fetch_threads: int, epoch: int = 0, seed: int = 0, shuffle: bool = False,
+                    on_error: str = "raise") -> Iterator[pa.Table]:
         from .. import tabular
 
-        return tabular.read_units(self.source.manifest, pieces, cache, columns=columns, fetch_threads=fetch_threads)
+        tables = tabular.read_units(self.source.manifest, pieces, cache, columns=columns,
+                                    fetch_threads=fetch_threads)
+        return cast_to(tables, self.source.options.get("schema"))
 
     def part(self, pieces: Sequence[RowGroup | RowSlice], *, epoch: int, seed: int, shuffle: bool) -> ParquetPart:
         m = self.source.manifest
         files, local = localize(pieces)
-        return ParquetPart(m.root, self.source.local, m.fingerprint, m.rows(files), local)
+        return ParquetPart(m.root, self.source.local, m.fingerprint, m.rows(files), local,
+                           self.source.options.get("schema"))
+
+
+def cast_to(tables: Iterable[pa.Table], schema: pa.Schema | None) -> Iterator[pa.Table]:
+    """`tables`, each cast to `schema`'s types of its columns (as they are, without one)."""
+    import pyarrow as pa
+
+    for table in tables:
+        if schema is None:
+            yield table
+            continue
+        try:
+            yield table.cast(pa.schema([schema.field(c) for c in table.column_names]))
+        except (pa.ArrowException, KeyError) as e:
+            raise ParquetError(f"rows of columns {table.schema} do not fit the features given ({e}): give "
+                               "features= (schema= for Ray) the tables' columns can be cast to") from None
 
 
 def localize(pieces: Sequence[RowGroup | RowSlice]) -> tuple[list[int], list[RowGroup | RowSlice]]:
@@ -87,6 +109,7 @@ class ParquetPart(Part):
     fingerprint: str
     listing: list[tuple[str, int, int]]
     pieces: list[RowGroup | RowSlice]
+    schema: pa.Schema | None
 
     @property
     def rows(self) -> int:
@@ -107,5 +130,5 @@ class ParquetPart(Part):
         manifest = Manifest.from_rows(self.root, self.listing, self.fingerprint)
         tables = tabular.read_units(manifest, self.pieces, cache, columns=columns, fetch_threads=fetch_threads,
                                     prefetch=prefetch, prefetch_bytes=prefetch_bytes, local_root=self.local_root)
-        for piece, table in zip(self.pieces, tables):
+        for piece, table in zip(self.pieces, cast_to(tables, self.schema)):
             yield manifest.volume_path(unit_of(piece).file), table

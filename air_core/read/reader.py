@@ -58,12 +58,27 @@ class Reader:
             than fewer would read).
         refused: options that do not apply to this format -> what they apply to and why;
             `{path}` is filled in with the source's folder, as the user named it.
+        label: the format's name in messages.
+        extensions: mode="auto" reads a folder in this format when every file has one of these.
+        readable: the extensions it reads besides, when its mode is given; None: any file.
+        takes: the format options of `resolve_source` it reads (`schema`, `delimiter`, ...).
     """
 
     mode: ClassVar[str]
     counts: ClassVar[str]
+    label: ClassVar[str]
     pieces_per_task: ClassVar[int] = 1
     refused: ClassVar[dict[str, str]] = {}
+    extensions: ClassVar[tuple[str, ...]] = ()
+    readable: ClassVar[tuple[str, ...] | None] = ()
+    takes: ClassVar[tuple[str, ...]] = ()
+
+    @classmethod
+    def suffixes(cls, *, given: bool) -> tuple[str, ...] | None:
+        """The file name endings it reads: under mode="auto", or (`given`) when its mode is given; None: any."""
+        if given and cls.readable is None:
+            return None
+        return tuple(f".{e}" for e in cls.extensions + (cls.readable or () if given else ()))
 
     def __init__(self, source: Source) -> None:
         self.source = source
@@ -155,6 +170,7 @@ class FileRowsReader(Reader):
     """A format read as a row per file: its path, size and contents."""
 
     counts = "files"
+    label = "files"
 
     def plan(self, grid: Grid, resumed_from: dict | None, *, epoch: int, seed: int, shuffle: bool, balance: str,
              equalize: Equalize) -> list[int]:
@@ -180,17 +196,21 @@ class FileRowsReader(Reader):
 
 
 class TableReader(Reader):
-    """A format read as its own rows, with a schema."""
+    """A format read as its own rows, with a schema (`schema=`, when given: the rows are read into it)."""
 
     counts = "rows"
+    takes = ("schema",)
 
     def schema(self) -> pa.Schema:
         """The rows' schema."""
         raise NotImplementedError
 
-    def read_tables(self, pieces: Sequence, cache: Cache, *, columns: Sequence[str] | None,
-                    fetch_threads: int) -> Iterator[pa.Table]:
-        """One table per piece, in order, through the node cache, fetched ahead; only `columns` when given."""
+    def read_tables(self, pieces: Sequence, cache: Cache, *, columns: Sequence[str] | None, fetch_threads: int,
+                    epoch: int = 0, seed: int = 0, shuffle: bool = False,
+                    on_error: str = "raise") -> Iterator[pa.Table]:
+        """The pieces' rows, in order, as tables (one or more per piece), through the node cache, fetched ahead;
+        only `columns` when given. `epoch`, `seed` and `shuffle` order the rows inside a piece, where the format
+        does; `on_error="skip"` leaves out a malformed record, where the format has records."""
         raise NotImplementedError
 
 

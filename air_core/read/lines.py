@@ -1,0 +1,484 @@
+"""Files of one record per line (JSON Lines, CSV, text), read as a table's rows: what their readers share.
+
+The units are spans (`line_spans`): a large uncompressed file is cut at fixed
+offsets into spans that each own the records starting inside them, so one
+file is shared by every rank and worker, byte-balanced, and each byte crosses
+the network once (a span is an entry of its own in the node cache, and so is
+each step of the run-on of its last record). A compressed file (`.gz`,
+`.zst`) is one span, read whole and decompressed as it streams. Where counts
+must match (`equalize`), every span's records are counted first, and row
+ranges of spans are dealt, as the Parquet reader deals row groups.
+
+A format is a `LinesReader` subclass (its extensions, its schema) and a
+`Format` (how a run of whole records parses into a table), which travels to
+the processes that read.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Iterator, Sequence
+
+import numpy as np
+
+from .. import plan as plan_mod
+from ..cache import Cache, read_bytes
+from ..errors import EmptyVolumeError, RecordError
+from ..fetch import ordered_map, retrying
+from ..manifest import Manifest
+from ..plan import epoch_order
+from ..row_plan import RowSlice, deal_rows, piece_bytes, unit_of
+from . import line_spans
+from .line_spans import TAIL_BYTES, Span, first_record, spans, tail_end
+from .reader import Part, TableReader
+from .row_groups import rank_pieces
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from ..plan import Equalize
+
+log = logging.getLogger("air_core")
+
+COMPRESSIONS = {"gz": "gzip", "zst": "zstd"}
+# Spans fetched ahead of the consumer: each is a cache entry on disk until read, and is read into memory then.
+SPANS_AHEAD = 6
+SPAN_THREADS = 6
+# Records in a fixed sample from the start of the listing, the same on every process, decide inferred types.
+SAMPLE_BYTES = 1 << 20
+SAMPLE_THREADS = 4
+# A compressed file decompresses into runs of whole records of about this many bytes, each parsed alone.
+CHUNK_BYTES = 16 << 20
+
+Piece = Span | RowSlice
+
+
+@dataclass(frozen=True)
+class Format:
+    """How a run of whole records of one format parses into a table; small, it travels with a read task.
+
+    Subclasses are frozen dataclasses with a `columns` field: the columns to parse, None for all.
+    """
+
+    def select(self, columns: Sequence[str] | None) -> Format:
+        """This format, parsing `columns` alone (None: as it is)."""
+        return self if columns is None else replace(self, columns=tuple(columns))  # type: ignore[call-arg]
+
+    def parse(self, data: bytes, *, first: bool) -> pa.Table:
+        """The records in `data` (whole records, newline-separated); `first`: it starts at its file's start."""
+        raise NotImplementedError
+
+    def count(self, data: bytes, *, first: bool) -> int:
+        """How many rows `parse` makes of `data`."""
+        return self.parse(data, first=first).num_rows
+
+
+class LinesReader(TableReader):
+    """A format whose files hold one record per line; subclasses name the format and its schema.
+
+    Its `extensions` are the uncompressed files'; each with `.gz` or `.zst` after it is read too.
+    """
+
+    refused = dict.fromkeys(
+        ("decode", "labels", "include_bytes"),
+        "files mode: {path} is read as records, a row each; pass mode='files' to read its files as files")
+
+    @classmethod
+    def suffixes(cls, *, given: bool) -> tuple[str, ...] | None:
+        plain = super().suffixes(given=given)
+        return None if plain is None else tuple(p + c for p in plain for c in ("", ".gz", ".zst"))
+
+    # -- what the format says ---------------------------------------------------
+
+    def format(self) -> Format:
+        """How this source's records parse (every column)."""
+        raise NotImplementedError
+
+    def splittable(self) -> bool:
+        """Whether a large uncompressed file may be cut into spans (its records never hold a newline)."""
+        return True
+
+    def infer(self, sample: list[bytes]) -> pa.Schema:
+        """The schema of records like those in `sample` (runs of whole records, from the start of each of the
+        first files of the listing)."""
+        raise NotImplementedError
+
+    # -- units ------------------------------------------------------------------------
+
+    def units(self) -> list[Span]:
+        """Every span of every file, in listing order."""
+        def make() -> list[Span]:
+            m = self.source.manifest
+            whole = [not self.splittable() or compression(p) is not None for p in m.paths.tolist()]
+            return spans(range(len(m)), m.sizes.tolist(), whole, line_spans.SPAN_BYTES)
+
+        return self.source.held("units", make)
+
+    def counted(self) -> list[Span]:
+        """Every span with its records counted (as they read with on_error="skip"): each span read once, through
+        the node cache, by this process."""
+        def make() -> list[Span]:
+            m, fmt, units = self.source.manifest, self.format(), self.units()
+            counts = [sum(_parse(fmt, _Where(m, unit, base, lines, self.source.local), data, "count").num_rows
+                          for base, lines, data in chunks)
+                      for unit, chunks in _records(m, units, Cache(self.source.cache_dir), self.source.local,
+                                                   fetch_threads=SPAN_THREADS)]
+            return [replace(u, num_rows=n) for u, n in zip(units, counts)]
+
+        return self.source.held("counted", make)
+
+    def validate(self) -> None:
+        if not self.units():
+            raise EmptyVolumeError(f"{self.source.path} holds {self.mode} files, but every one is empty")
+
+    def schema(self) -> pa.Schema:
+        """The given schema, or the one inferred from a fixed sample of records at the start of the listing."""
+        given = self.source.options.get("schema")
+        if given is not None:
+            return given
+        return self.source.held("schema", lambda: self.infer(self.sample()))
+
+    def sample(self) -> list[bytes]:
+        """Runs of whole records from the start of the listing, one per file, about `SAMPLE_BYTES` in all: the
+        same on every process.
+
+        Read through the node cache as the spans they lie in, so the bytes cross the network once.
+        """
+        out: list[bytes] = []
+        held = 0
+        firsts = [u for u in self.units() if u.index == 0]
+        for _, chunks in _records(self.source.manifest, firsts, Cache(self.source.cache_dir), self.source.local,
+                                  fetch_threads=SAMPLE_THREADS):
+            data = next(chunks, (0, 0, b""))[2]
+            cut = data[:SAMPLE_BYTES - held]
+            if len(cut) < len(data):
+                end = cut.rfind(b"\n")
+                cut = data[:end + 1] if end >= 0 else data
+            out.append(cut)
+            held += len(cut)
+            if held >= SAMPLE_BYTES:
+                break
+        return out
+
+    def pieces(self, files: Sequence[int]) -> list[Piece]:
+        member = set(files)
+        return [u for u in self.units() if u.file in member]
+
+    def count(self, pieces: Sequence[Piece]) -> int:
+        counts = {(u.file, u.index): u.num_rows for u in self.counted()}
+        return sum(p.num_rows if isinstance(p, RowSlice) else counts[p.file, p.index] for p in pieces)
+
+    def deal(self, pieces: Sequence[Piece], parts: int, *, seed: int, shuffle: bool,
+             equalize: Equalize) -> list[list]:
+        if equalize != "none":
+            return deal_rows(self._counted(pieces), parts, seed=seed, shuffle=shuffle, equalize=equalize)
+        sizes = [piece_bytes(p) for p in pieces]
+        dealt = plan_mod.rank_shares(sizes, world_size=parts, seed=seed, shuffle=shuffle)
+        return [[pieces[k] for k in part] for part in dealt]
+
+    def share(self, rank: int, world_size: int, *, epoch: int, seed: int, shuffle: bool,
+              equalize: Equalize) -> tuple[np.ndarray, list]:
+        if equalize != "none":
+            pieces = rank_pieces(self.counted(), rank, world_size, equalize)
+            order = epoch_order(len(pieces), epoch=epoch, seed=seed, shuffle=shuffle)
+            return np.asarray(order, dtype=np.int64), [pieces[k] for k in order]
+        units = self.units()
+        keys = plan_mod.rank_share([u.nbytes for u in units], rank=rank, world_size=world_size, epoch=epoch,
+                                   seed=seed, shuffle=shuffle)
+        return np.asarray(keys, dtype=np.int64), [units[k] for k in keys]
+
+    def share_weights(self, rank: int, world_size: int, *, equalize: Equalize) -> np.ndarray:
+        if equalize != "none":
+            return np.array([piece_bytes(p) for p in rank_pieces(self.counted(), rank, world_size, equalize)],
+                            dtype=np.int64)
+        return np.array([u.nbytes for u in self.units()], dtype=np.int64)
+
+    def weights(self, pieces: Sequence[Piece]) -> list[int]:
+        return [piece_bytes(p) for p in pieces]
+
+    def _counted(self, pieces: Sequence[Piece]) -> list[Piece]:
+        counted = {(u.file, u.index): u for u in self.counted()}
+        return [p if isinstance(p, RowSlice) else counted[p.file, p.index] for p in pieces]
+
+    # -- reading ------------------------------------------------------------------------
+
+    def read_tables(self, pieces: Sequence[Piece], cache: Cache, *, columns: Sequence[str] | None,
+                    fetch_threads: int, epoch: int = 0, seed: int = 0, shuffle: bool = False,
+                    on_error: str = "raise") -> Iterator[pa.Table]:
+        for _, table in read_pieces(self.source.manifest, pieces, cache, self.format().select(columns),
+                                    local_root=self.source.local, epoch=epoch, seed=seed, shuffle=shuffle,
+                                    on_error=on_error):
+            yield table
+
+    def part(self, pieces: Sequence[Piece], *, epoch: int, seed: int, shuffle: bool) -> LinesPart:
+        m = self.source.manifest
+        files = list(dict.fromkeys(unit_of(p).file for p in pieces))
+        position = {f: k for k, f in enumerate(files)}
+        local = [_renumbered(p, position[unit_of(p).file]) for p in pieces]
+        return LinesPart(m.root, self.source.local, m.fingerprint, m.rows(files), local, self.format(), epoch, seed,
+                         shuffle)
+
+
+def _renumbered(piece: Piece, file: int) -> Piece:
+    if isinstance(piece, RowSlice):
+        return replace(piece, unit=replace(piece.unit, file=file))
+    return replace(piece, file=file)
+
+
+@dataclass(frozen=True)
+class LinesPart(Part):
+    """Spans to read elsewhere: their files' rows of the listing, the pieces numbered over them, and how their
+    records parse."""
+
+    root: str
+    local_root: str
+    fingerprint: str
+    listing: list[tuple[str, int, int]]
+    pieces: list[Piece]
+    format: Format
+    epoch: int
+    seed: int
+    shuffle: bool
+
+    @property
+    def rows(self) -> int | None:  # type: ignore[override]
+        counts = [p.num_rows for p in self.pieces]
+        return None if min(counts, default=0) < 0 else sum(counts)
+
+    @property
+    def nbytes(self) -> int:
+        return sum(piece_bytes(p) for p in self.pieces)
+
+    @property
+    def input_files(self) -> list[str]:
+        return [f"{self.root}/{r[0]}" for r in self.listing]
+
+    def read(self, cache: Cache, *, fetch_threads: int = SPAN_THREADS, prefetch: int = SPANS_AHEAD,
+             prefetch_bytes: int = 0, on_error: str = "raise",
+             columns: Sequence[str] | None = None) -> Iterator[tuple[str, pa.Table]]:
+        manifest = Manifest.from_rows(self.root, self.listing, self.fingerprint)
+        return read_pieces(manifest, self.pieces, cache, self.format.select(columns), local_root=self.local_root,
+                           epoch=self.epoch, seed=self.seed, shuffle=self.shuffle, on_error=on_error)
+
+
+def read_pieces(manifest: Manifest, pieces: Sequence[Piece], cache: Cache, fmt: Format, *, local_root: str,
+                epoch: int, seed: int, shuffle: bool, on_error: str) -> Iterator[tuple[str, pa.Table]]:
+    """(volume path, table) per run of records, in order: each piece's span's records (a row range of them, for
+    a `RowSlice`), in an order seeded by (seed, epoch, span) with `shuffle`; a compressed file's in runs of
+    about `CHUNK_BYTES`."""
+    units = [unit_of(p) for p in pieces]
+    for piece, (unit, chunks) in zip(pieces, _records(manifest, units, cache, local_root,
+                                                      fetch_threads=SPAN_THREADS)):
+        path = manifest.volume_path(unit.file)
+        lo, hi = (piece.start, piece.stop) if isinstance(piece, RowSlice) else (0, None)
+        done = 0
+        for k, (base, lines, data) in enumerate(chunks):
+            if hi is not None and done >= hi:
+                break
+            table = _parse(fmt, _Where(manifest, unit, base, lines, local_root), data, on_error)
+            rows = table.num_rows
+            if lo > done or (hi is not None and hi < done + rows):
+                table = table.slice(max(0, lo - done), (rows if hi is None else min(rows, hi - done)) -
+                                    max(0, lo - done))
+            done += rows
+            if shuffle and table.num_rows > 1:
+                rng = np.random.default_rng((seed, epoch, unit.file, unit.index, k))
+                table = table.take(rng.permutation(table.num_rows))
+            yield path, table
+
+
+# (offset in the file, or in its decompressed bytes; newlines before it, -1: not known; whole records)
+Chunks = Iterator[tuple[int, int, bytes]]
+
+
+def _records(manifest: Manifest, units: Sequence[Span], cache: Cache, local_root: str, *,
+             fetch_threads: int) -> Iterator[tuple[Span, Chunks]]:
+    """(span, its own whole records in runs) for each of `units`, in order, fetched ahead through the node cache.
+
+    A span of an uncompressed file is one run; a compressed file decompresses,
+    as it is consumed, into runs of about `CHUNK_BYTES`.
+    """
+    root, paths, sizes, mtimes = manifest.root, manifest.paths, manifest.sizes, manifest.mtimes
+
+    def get(k: int, start: int, stop: int) -> bytes | str:
+        """Bytes [start, stop) of file `k`: the path of their cached copy, or (past a full cache) the bytes."""
+        size, mtime = int(sizes[k]), int(mtimes[k])
+        vpath, src = f"{root}/{paths[k]}", f"{local_root}/{paths[k]}"
+        span = None if (start, stop) == (0, size) else (start, stop)
+
+        def once() -> bytes | str:
+            copy = cache.get(src, vpath, size, mtime, span)
+            return read_bytes(src, vpath, size, mtime, span) if copy is None else copy
+
+        return retrying(once, vpath if span is None else f"{vpath} (bytes {start}-{stop})")
+
+    def fetch(unit: Span) -> Chunks:
+        data = get(unit.file, unit.start, unit.stop)
+        if unit.whole and (codec := compression(paths[unit.file])) is not None:
+            return _decompressed(data, codec, manifest.volume_path(unit.file))
+        data = _bytes(data)
+        at = first_record(data, unit.start)
+        if at == len(data):
+            return iter(())
+        parts = [data[at:] if at else data]
+        size, stop = int(sizes[unit.file]), unit.stop
+        while stop < size:  # the last record runs on into what follows
+            chunk = _bytes(get(unit.file, stop, min(size, stop + TAIL_BYTES)))
+            end = tail_end(chunk)
+            parts.append(chunk if end is None else chunk[:end])
+            if end is not None:
+                break
+            stop += len(chunk)
+        return iter([(unit.start + at, -1 if unit.start else 0, parts[0] if len(parts) == 1 else b"".join(parts))])
+
+    yield from zip(units, ordered_map(fetch, ((u, u.nbytes) for u in units), threads=fetch_threads,
+                                      max_ahead=SPANS_AHEAD, max_bytes=SPANS_AHEAD * (16 << 20)))
+
+
+def _bytes(data: bytes | str) -> bytes:
+    if isinstance(data, bytes):
+        return data
+    with open(data, "rb") as f:
+        return f.read()
+
+
+def compression(path: str) -> str | None:
+    """The codec of a compressed file, by its extension; None: not compressed."""
+    return COMPRESSIONS.get(path.rsplit(".", 1)[-1].lower())
+
+
+def _decompressed(data: bytes | str, codec: str, vpath: str) -> Chunks:
+    """The records of a compressed file, in runs of whole records of about `CHUNK_BYTES`."""
+    import pyarrow as pa
+
+    def fail(e: Exception) -> RecordError:
+        return RecordError(f"{vpath} is not a readable {codec} file ({e}): remove or replace it, or leave it out "
+                           "with exclude=")
+
+    try:
+        raw = pa.OSFile(data) if isinstance(data, str) else pa.BufferReader(data)
+        stream = pa.CompressedInputStream(raw, codec)
+    except (OSError, pa.ArrowException) as e:
+        raise fail(e) from None
+    offset, lines, rest = 0, 0, b""
+    with stream:
+        while True:
+            try:
+                block = stream.read(CHUNK_BYTES)
+            except (OSError, pa.ArrowException) as e:
+                raise fail(e) from None
+            if not block:
+                break
+            block = rest + block
+            end = block.rfind(b"\n") + 1
+            if end:
+                run = block[:end]
+                yield offset, lines, run
+                offset, lines, rest = offset + end, lines + run.count(b"\n"), block[end:]
+            else:
+                rest = block
+    if rest:
+        yield offset, lines, rest
+
+
+def _parse(fmt: Format, where: _Where, data: bytes, on_error: str) -> pa.Table:
+    """Whole records of one span, as a table; a malformed one raises `RecordError` naming its file, line and
+    offset, or with on_error="skip" is left out with a warning ("count": left out quietly, as when counting)."""
+    import pyarrow as pa
+
+    first = where.base == 0
+    try:
+        return fmt.parse(data, first=first)
+    except (pa.ArrowException, ValueError) as e:
+        bad = _bad_lines(fmt, data, first, e)
+    lines = _line_starts(data)
+    for index, message in bad:
+        described = where.describe(data, lines[index], message)
+        if on_error == "raise":
+            raise RecordError(described + "; fix or remove the record, or pass on_error='skip' to skip malformed "
+                              "records with a warning") from None
+        if on_error == "skip":
+            log.warning("skipping a malformed record: %s", described)
+    drop = {i for i, _ in bad}
+    bounds = lines + [len(data)]
+    return fmt.parse(b"".join(data[bounds[i]:bounds[i + 1]] for i in range(len(lines)) if i not in drop),
+                     first=first)
+
+
+def _line_starts(data: bytes) -> list[int]:
+    ends = np.flatnonzero(np.frombuffer(data, dtype=np.uint8) == 10) + 1
+    starts = np.concatenate([[0], ends[ends < len(data)]])
+    return starts.tolist() if len(data) else []
+
+
+def _bad_lines(fmt: Format, data: bytes, first: bool, error: Exception) -> list[tuple[int, str]]:
+    """Every line of `data` that does not parse, with why: found by halving, a parse per step."""
+    lines = _line_starts(data)
+    bounds = lines + [len(data)]
+    header = 1 if first and getattr(fmt, "header", False) else 0
+
+    def ok(lo: int, hi: int) -> bool:
+        chunk = (data[:bounds[1]] if header and lo else b"") + data[bounds[lo]:bounds[hi]]
+        try:
+            fmt.parse(chunk, first=first and (lo == 0 or bool(header)))
+            return True
+        except (Exception,):
+            return False
+
+    bad: list[tuple[int, str]] = []
+    lo = header
+    while lo < len(lines) and not ok(lo, len(lines)):
+        low, high = lo, len(lines)  # the shortest prefix [lo, high) that fails
+        while high - low > 1:
+            mid = (low + high) // 2
+            if ok(lo, mid):
+                low = mid
+            else:
+                high = mid
+        line = high - 1
+        bad.append((line, _why(fmt, data[bounds[line]:bounds[line + 1]], first and line == 0, error)))
+        lo = line + 1
+    if not bad:  # the whole fails, no line alone does: report the first error as it came
+        bad.append((0, str(error)))
+    return bad
+
+
+def _why(fmt: Format, line: bytes, first: bool, error: Exception) -> str:
+    explain = getattr(fmt, "explain", None)
+    if explain is not None:
+        return explain(line)
+    try:
+        fmt.parse(line, first=first)
+    except Exception as e:  # noqa: BLE001 - the parser's own words are the message
+        return str(e)
+    return str(error)
+
+
+class _Where:
+    """Where a run of records lies: its file, its offset there (or in its decompressed bytes) and the newlines
+    before it (-1: not counted yet; counted from the volume on an error alone)."""
+
+    def __init__(self, manifest: Manifest, unit: Span, base: int, lines: int, local_root: str) -> None:
+        self.manifest, self.unit, self.base, self.lines, self.local_root = manifest, unit, base, lines, local_root
+
+    def describe(self, data: bytes, at: int, message: str) -> str:
+        """`message` about the record at `data[at:]`, with its file, line number and byte offset."""
+        vpath = self.manifest.volume_path(self.unit.file)
+        if self.lines < 0:
+            self.lines = _count_newlines(f"{self.local_root}/{self.manifest.paths[self.unit.file]}", self.base)
+        line = self.lines + data.count(b"\n", 0, at) + 1
+        what = "decompressed byte offset" if self.unit.whole and compression(vpath) else "byte offset"
+        return f"{vpath}, line {line} ({what} {self.base + at}): {message}"
+
+
+def _count_newlines(path: str, end: int) -> int:
+    n = 0
+    with open(path, "rb") as f:
+        while end > 0 and (chunk := f.read(min(end, 16 << 20))):
+            n += chunk.count(b"\n")
+            end -= len(chunk)
+    return n
+
+
+__all__ = ["COMPRESSIONS", "Format", "LinesPart", "LinesReader", "compression", "read_pieces"]
