@@ -110,13 +110,13 @@ class CsvReader(LinesReader):
     def format(self) -> CsvFormat:
         return CsvFormat(self.schema(), self.delimiter())
 
-    def infer(self, sample: list[bytes]) -> pa.Schema:
+    def infer(self, sample: list[tuple[str, bytes]]) -> pa.Schema:
         import pyarrow as pa
         import pyarrow.csv as pc
 
         names = self.headers()
         schemas = []
-        for run in sample:
+        for vpath, run in sample:
             if not run.strip():
                 continue
             try:
@@ -124,8 +124,8 @@ class CsvReader(LinesReader):
                                                                                              skip_rows=1),
                                            parse_options=pc.ParseOptions(delimiter=self.delimiter())).schema)
             except pa.ArrowInvalid as e:
-                raise RecordError(f"the records at the start of {self.source.given} do not parse as CSV to infer "
-                                  f"their features ({e}): fix them, or pass features= (schema= for Ray)") from None
+                raise RecordError(f"the records at the start of {vpath} do not parse as CSV to infer their "
+                                  f"features ({e}): fix them, or pass features= (schema= for Ray)") from None
         if not schemas:
             return pa.schema([pa.field(n, pa.string()) for n in names])
         return pa.unify_schemas(schemas, promote_options="permissive")

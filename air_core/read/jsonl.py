@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from ..errors import RecordError
 from .lines import Format, LinesReader
 from .reader import register
 
@@ -20,6 +21,7 @@ if TYPE_CHECKING:
 
 BLOCK_BYTES = 4 << 20
 _CHANGED = re.compile(r"Column\(/?([^)]*)\) changed from (\w+) to (\w+)")
+_ROW = re.compile(r"in row (\d+)")
 
 
 @dataclass(frozen=True)
@@ -90,15 +92,49 @@ class JsonReader(LinesReader):
     def format(self) -> JsonFormat:
         return JsonFormat(self.schema())
 
-    def infer(self, sample: list[bytes]) -> pa.Schema:
+    def infer(self, sample: list[tuple[str, bytes]]) -> pa.Schema:
         import pyarrow as pa
         import pyarrow.json as pj
 
-        data = b"".join(run if run.endswith(b"\n") else run + b"\n" for run in sample if run)
+        data = b"".join(run if run.endswith(b"\n") else run + b"\n" for _, run in sample if run)
         try:
             return pj.read_json(pa.BufferReader(data), read_options=pj.ReadOptions(block_size=len(data) + 1)).schema
         except pa.ArrowInvalid as e:
-            from ..errors import RecordError
+            # Malformed records say nothing of types: they are refused (or skipped) where they are read.
+            sound = b"\n".join(line for line in data.split(b"\n") if _is_object(line))
+            if sound != data.rstrip(b"\n") and sound.strip():
+                try:
+                    return pj.read_json(pa.BufferReader(sound),
+                                        read_options=pj.ReadOptions(block_size=len(sound) + 1)).schema
+                except pa.ArrowInvalid:
+                    pass
+            raise RecordError(f"{_where(sample, str(e))}: the records at the start of the listing, from which the "
+                              f"features are inferred, {_disagreement(str(e))}: fix the records, or pass features= "
+                              "(schema= for Ray) with their types") from None
 
-            raise RecordError(f"the records at the start of {self.source.given} do not parse as JSON Lines to infer "
-                              f"their features ({e}): fix them, or pass features= (schema= for Ray)") from None
+
+def _is_object(line: bytes) -> bool:
+    try:
+        return isinstance(json.loads(line), dict)
+    except (ValueError, UnicodeDecodeError):
+        return False
+
+
+def _disagreement(error: str) -> str:
+    found = _CHANGED.search(error)
+    if found is None:
+        return f"do not parse ({error})"
+    field, was, now = found.groups()
+    return f"disagree: field {field.replace('/', '.')!r} holds a {now} here, a {was} before"
+
+
+def _where(sample: list[tuple[str, bytes]], error: str) -> str:
+    """The file and line of pyarrow's "in row N" (records count, blank lines do not) in the joined sample."""
+    found = _ROW.search(error)
+    row = int(found.group(1)) if found else 0
+    for vpath, run in sample:
+        lines = [k for k, line in enumerate(run.split(b"\n")) if line.strip()]
+        if row < len(lines):
+            return f"{vpath}, line {lines[row] + 1}"
+        row -= len(lines)
+    return sample[0][0] if sample else "?"

@@ -57,16 +57,17 @@ def spans(files: Sequence[int], sizes: Sequence[int], whole: Sequence[bool], spa
     return out
 
 
-def first_record(data: bytes | memoryview, start: int) -> int:
-    """Where in `data`, a span's bytes from file offset `start`, its first own record begins; len(data): none.
+def first_record(data: bytes, start: int) -> int | None:
+    """Where in `data`, a span's bytes from file offset `start`, its first own record begins; None: it owns none.
 
     The file's first span starts with its first record; any other span's
-    records start after a newline inside it.
+    records start after a newline inside it (after its last byte, when that is
+    the newline: then its one record lies wholly past its end).
     """
     if start == 0:
         return 0
-    at = bytes(data).find(b"\n") if isinstance(data, memoryview) else data.find(b"\n")
-    return len(data) if at < 0 else at + 1
+    at = data.find(b"\n")
+    return None if at < 0 else at + 1
 
 
 def tail_end(chunk: bytes) -> int | None:

@@ -99,9 +99,9 @@ class LinesReader(TableReader):
         """Whether a large uncompressed file may be cut into spans (its records never hold a newline)."""
         return True
 
-    def infer(self, sample: list[bytes]) -> pa.Schema:
-        """The schema of records like those in `sample` (runs of whole records, from the start of each of the
-        first files of the listing)."""
+    def infer(self, sample: list[tuple[str, bytes]]) -> pa.Schema:
+        """The schema of records like those in `sample`: (volume path, whole records from its start) of the
+        first files of the listing."""
         raise NotImplementedError
 
     # -- units ------------------------------------------------------------------------
@@ -139,23 +139,24 @@ class LinesReader(TableReader):
             return given
         return self.source.held("schema", lambda: self.infer(self.sample()))
 
-    def sample(self) -> list[bytes]:
-        """Runs of whole records from the start of the listing, one per file, about `SAMPLE_BYTES` in all: the
-        same on every process.
+    def sample(self) -> list[tuple[str, bytes]]:
+        """(volume path, whole records from its start) of the first files of the listing, about `SAMPLE_BYTES`
+        of records in all: the same on every process.
 
         Read through the node cache as the spans they lie in, so the bytes cross the network once.
         """
         out: list[bytes] = []
         held = 0
         firsts = [u for u in self.units() if u.index == 0]
-        for _, chunks in _records(self.source.manifest, firsts, Cache(self.source.cache_dir), self.source.local,
-                                  fetch_threads=SAMPLE_THREADS):
+        m = self.source.manifest
+        for unit, chunks in _records(m, firsts, Cache(self.source.cache_dir), self.source.local,
+                                     fetch_threads=SAMPLE_THREADS):
             data = next(chunks, (0, 0, b""))[2]
             cut = data[:SAMPLE_BYTES - held]
             if len(cut) < len(data):
                 end = cut.rfind(b"\n")
                 cut = data[:end + 1] if end >= 0 else data
-            out.append(cut)
+            out.append((m.volume_path(unit.file), cut))
             held += len(cut)
             if held >= SAMPLE_BYTES:
                 break
@@ -319,7 +320,7 @@ def _records(manifest: Manifest, units: Sequence[Span], cache: Cache, local_root
             return _decompressed(data, codec, manifest.volume_path(unit.file))
         data = _bytes(data)
         at = first_record(data, unit.start)
-        if at == len(data):
+        if at is None:
             return iter(())
         parts = [data[at:] if at else data]
         size, stop = int(sizes[unit.file]), unit.stop

@@ -37,7 +37,7 @@ class TextFormat(Format):
             rows = pa.array([data.decode("utf-8")], pa.string())
         elif self.sample_by == "paragraph":
             text = data.decode("utf-8")
-            rows = pa.array([p for p in text.replace("\r\n", "\n").split("\n\n") if p.strip()], pa.string())
+            rows = pa.array([p for p in text.split("\n\n") if p], pa.string())  # as HF's text builder
         else:
             rows = _lines(data)
         return pa.table({"text": rows})

@@ -1,0 +1,318 @@
+"""JSON Lines, CSV and text: a row per record through every front door, large files shared at record boundaries."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import logging
+import os
+import random
+
+import datasets
+import pyarrow as pa
+import pytest
+
+import air_hf  # noqa: F401 - registers uc-volume
+from air_core import Cache, OptionError, resolve_source
+from air_core.errors import RecordError
+from air_core.read import line_spans
+from air_hf import split_for_rank
+
+
+def _records(n: int, start: int = 0, seed: int = 0) -> list[dict]:
+    rng = random.Random(seed)
+    return [{"id": start + i, "messages": [{"role": "user", "content": "x" * rng.randrange(0, 300)}],
+             "score": rng.random()} for i in range(n)]
+
+
+def _jsonl(records: list[dict], newline: str = "\n", last_newline: bool = True) -> str:
+    text = newline.join(json.dumps(r) for r in records)
+    return text + newline if last_newline else text
+
+
+@pytest.fixture
+def small_spans(monkeypatch):
+    """Spans of 2,000 bytes, so small files are cut into many."""
+    monkeypatch.setattr(line_spans, "SPAN_BYTES", 2000)
+
+
+def _ids(tables) -> list[int]:
+    return [i for t in tables for i in t.column("id").to_pylist()]
+
+
+def _read_share(source, rank: int, world_size: int, **plan) -> list[int]:
+    reader = source.reader
+    _, pieces = reader.share(rank, world_size, epoch=plan.pop("epoch", 0), seed=plan.pop("seed", 0),
+                             shuffle=plan.pop("shuffle", False), equalize=plan.pop("equalize", "none"))
+    return _ids(reader.read_tables(pieces, Cache(), columns=None, fetch_threads=4, **plan))
+
+
+# -- spans: every record once, whoever reads it -----------------------------------------
+
+@pytest.mark.parametrize("span_bytes", [1, 7, 64, 333, 1000, 100_000])
+@pytest.mark.parametrize("newline,last", [("\n", True), ("\n", False), ("\r\n", True)])
+def test_every_record_belongs_to_exactly_one_span(volume, monkeypatch, span_bytes, newline, last):
+    monkeypatch.setattr(line_spans, "SPAN_BYTES", span_bytes)
+    records = _records(40)
+    volume.write("d/a.jsonl", _jsonl(records, newline, last))
+    source = resolve_source(volume.path("d"))
+    units = source.reader.units()
+    assert len(units) == -(-os.path.getsize(volume.local("d/a.jsonl")) // span_bytes) or span_bytes > 10_000
+    got = _ids(source.reader.read_tables(units, Cache(), columns=None, fetch_threads=4))
+    assert got == list(range(40))
+
+
+def test_a_record_longer_than_several_spans_is_read_once(volume, monkeypatch):
+    monkeypatch.setattr(line_spans, "SPAN_BYTES", 100)
+    records = [{"id": 0, "t": "a"}, {"id": 1, "t": "b" * 5000}, {"id": 2, "t": "c"}]
+    volume.write("d/a.jsonl", _jsonl(records))
+    source = resolve_source(volume.path("d"))
+    tables = list(source.reader.read_tables(source.reader.units(), Cache(), columns=None, fetch_threads=4))
+    assert [r["t"] for t in tables for r in t.to_pylist()] == ["a", "b" * 5000, "c"]
+
+
+@pytest.mark.parametrize("world_size", [1, 2, 3, 5])
+def test_ranks_share_one_large_file_by_bytes_each_record_once(volume, small_spans, world_size):
+    volume.write("d/big.jsonl", _jsonl(_records(600)))
+    source = resolve_source(volume.path("d"))
+    shares = [_read_share(source, r, world_size) for r in range(world_size)]
+    assert sorted(i for s in shares for i in s) == list(range(600))
+    weights = source.reader.share_weights(0, world_size, equalize="none")
+    per_rank = [sum(int(weights[k]) for k in source.reader.share(r, world_size, epoch=0, seed=0, shuffle=False,
+                                                                 equalize="none")[0]) for r in range(world_size)]
+    assert max(per_rank) - min(per_rank) <= 2000  # within one span
+
+
+@pytest.mark.parametrize("equalize", ["pad", "drop"])
+def test_equalize_gives_every_rank_as_many_rows(volume, small_spans, equalize):
+    volume.write("d/big.jsonl", _jsonl(_records(500)))
+    volume.write("d/small.jsonl", _jsonl(_records(7, start=500)))
+    source = resolve_source(volume.path("d"))
+    shares = [_read_share(source, r, 3, equalize=equalize) for r in range(3)]
+    assert len({len(s) for s in shares}) == 1
+    seen = [i for s in shares for i in s]
+    if equalize == "drop":
+        assert len(set(seen)) == len(seen) == 3 * (507 // 3)
+    else:
+        assert set(seen) == set(range(507)) and len(seen) == 3 * -(-507 // 3)
+
+
+def test_shuffle_is_seeded_per_epoch_across_and_inside_spans(volume, small_spans):
+    volume.write("d/big.jsonl", _jsonl(_records(300)))
+    source = resolve_source(volume.path("d"))
+    first = _read_share(source, 0, 1, shuffle=True, seed=3, epoch=0)
+    assert sorted(first) == list(range(300)) and first != list(range(300))
+    assert _read_share(source, 0, 1, shuffle=True, seed=3, epoch=0) == first
+    assert _read_share(source, 0, 1, shuffle=True, seed=3, epoch=1) != first
+
+
+# -- formats -------------------------------------------------------------------------------
+
+def test_auto_picks_json_lines_and_infers_nested_features(volume):
+    volume.write("d/a.jsonl", _jsonl(_records(5)))
+    volume.write("d/b.ndjson", _jsonl(_records(5, start=5)))
+    source = resolve_source(volume.path("d"))
+    assert source.mode == "json"
+    schema = source.reader.schema()
+    assert schema.field("messages").type == pa.list_(pa.struct([("role", pa.string()), ("content", pa.string())]))
+    assert schema.field("id").type == pa.int64()
+
+
+def test_auto_keeps_txt_and_json_files_as_files_and_refuses_a_mix(volume):
+    volume.write("t/a.txt", "x\n")
+    volume.write("j/a.json", '{"a": 1}\n')
+    assert resolve_source(volume.path("t")).mode == "files"
+    assert resolve_source(volume.path("j")).mode == "files"
+    assert resolve_source(volume.path("j"), mode="json").mode == "json"
+    volume.write("m/a.jsonl", '{"a": 1}\n')
+    volume.write("m/README.md", "hello\n")
+    with pytest.raises(OptionError, match=r"mixes JSON Lines files .*a\.jsonl.* with other files .*README\.md.*"
+                                          r"file_extensions=.*mode='files'"):
+        resolve_source(volume.path("m"))
+    with pytest.raises(OptionError, match=r"mode='csv' but .* holds other files"):
+        resolve_source(volume.path("m"), mode="csv")
+
+
+def test_compressed_json_lines_read_whole_and_decompressed(volume, small_spans):
+    import pyarrow as pa
+
+    volume.write("d/a.jsonl.gz", gzip.compress(_jsonl(_records(200)).encode()))
+    raw = pa.BufferOutputStream()
+    with pa.CompressedOutputStream(raw, "zstd") as out:
+        out.write(_jsonl(_records(100, start=200)).encode())
+    volume.write("d/b.jsonl.zst", raw.getvalue().to_pybytes())
+    source = resolve_source(volume.path("d"))
+    assert source.mode == "json"
+    assert [u.whole for u in source.reader.units()] == [True, True]
+    assert sorted(_read_share(source, 0, 1)) == list(range(300))
+
+
+def test_csv_and_tsv_rows_with_one_header(volume, small_spans):
+    rows = "".join(f"{i},name {i},{i / 2}\n" for i in range(300))
+    volume.write("c/a.csv", "id,name,half\n" + rows)
+    volume.write("c/b.csv", "id,name,half\n" + "".join(f"{i},n,{i}\n" for i in range(300, 310)))
+    source = resolve_source(volume.path("c"))
+    assert source.mode == "csv" and source.reader.schema().names == ["id", "name", "half"]
+    assert sorted(_read_share(source, 0, 1)) == list(range(310))
+    assert sorted(_read_share(source, 1, 2) + _read_share(source, 0, 2)) == list(range(310))
+    volume.write("t/a.tsv", "id\tname\n1\tx\n2\ty\n")
+    tsv = resolve_source(volume.path("t"))
+    assert _read_share(tsv, 0, 1) == [1, 2]
+    volume.write("s/a.csv", "id;name\n1;x\n")
+    assert _read_share(resolve_source(volume.path("s"), delimiter=";"), 0, 1) == [1]
+
+
+def test_csv_files_with_different_headers_are_refused_up_front(volume):
+    volume.write("c/a.csv", "id,name\n1,x\n")
+    volume.write("c/b.csv", "id,title\n2,y\n")
+    with pytest.raises(OptionError, match=r"b\.csv and .*a\.csv have different headers.*\['id', 'title'\]"):
+        resolve_source(volume.path("c"))
+
+
+@pytest.mark.parametrize("sample_by,expected", [
+    ("line", ["first line", "second", "", "third after a blank", "last"]),
+    ("paragraph", ["first line\nsecond", "third after a blank\nlast\n"]),
+    ("document", ["first line\nsecond\n\nthird after a blank\nlast\n"]),
+])
+def test_text_rows_by_line_paragraph_or_document(volume, sample_by, expected):
+    volume.write("t/a.txt", "first line\nsecond\n\nthird after a blank\r\nlast\n".replace("\r\n", "\n"))
+    ds = datasets.load_dataset("uc-volume", data_dir=volume.path("t"), mode="text", sample_by=sample_by,
+                               streaming=True, split="train")
+    assert [r["text"] for r in ds] == expected
+    assert ds.features == datasets.Features({"text": datasets.Value("string")})
+
+
+def test_text_lines_are_shared_at_line_boundaries(volume, small_spans):
+    lines = [f"line {i} " + "w" * (i % 97) for i in range(500)]
+    volume.write("t/a.log", "\n".join(lines) + "\n")
+    source = resolve_source(volume.path("t"), mode="text")
+    got = []
+    for rank in range(3):
+        _, pieces = source.reader.share(rank, 3, epoch=0, seed=0, shuffle=False, equalize="none")
+        got += [s for t in source.reader.read_tables(pieces, Cache(), columns=None, fetch_threads=2)
+                for s in t.column("text").to_pylist()]
+    assert sorted(got) == sorted(lines)
+
+
+# -- options -----------------------------------------------------------------------------------
+
+def test_format_options_are_refused_where_they_do_not_apply(volume):
+    volume.write("d/a.jsonl", '{"a": 1}\n')
+    volume.write("f/a.bin", b"x")
+    with pytest.raises(OptionError, match=r"delimiter= applies to mode 'csv': .*/d is read in mode 'json'"):
+        resolve_source(volume.path("d"), delimiter=";")
+    with pytest.raises(OptionError, match=r"sample_by= applies to mode 'text'"):
+        resolve_source(volume.path("d"), sample_by="line")
+    with pytest.raises(OptionError, match=r"schema= applies to mode .*'json'.*: .*/f is read in mode 'files'"):
+        resolve_source(volume.path("f"), schema=pa.schema([("a", pa.int64())]))
+    with pytest.raises(OptionError, match=r"sample_by='sentence': choose one of"):
+        resolve_source(volume.path("d"), mode="text", sample_by="sentence")
+    with pytest.raises(OptionError, match=r"decode= applies to files mode: .*records"):
+        datasets.load_dataset("uc-volume", data_dir=volume.path("d"), decode="text", streaming=True)
+
+
+# -- bad records -----------------------------------------------------------------------------
+
+def test_a_malformed_record_names_file_line_and_offset(volume, small_spans):
+    lines = [json.dumps(r) for r in _records(100)]
+    lines[73] = '{"id": 73, "messages": [}'
+    volume.write("d/a.jsonl", "\n".join(lines) + "\n")
+    offset = sum(len(x) + 1 for x in lines[:73])
+    source = resolve_source(volume.path("d"))
+    with pytest.raises(RecordError, match=rf"/d/a\.jsonl, line 74 \(byte offset {offset}\): not a valid JSON "
+                                          r"object.*on_error='skip'"):
+        _read_share(source, 0, 1)
+
+
+def test_a_field_of_another_type_names_it_and_suggests_features(volume):
+    pad = "p" * 600  # 2,000 records past the sample the features are inferred from
+    lines = [json.dumps({"id": i, "label": "cat", "pad": pad}) for i in range(2000)] + [
+        f'{{"id": 2000, "label": 7, "pad": "{pad}"}}']
+    volume.write("d/a.jsonl", "\n".join(lines) + "\n")
+    with pytest.raises(RecordError, match=r"a\.jsonl, line 2001 .*field 'label' holds a number where the features "
+                                          r"have a string.*features="):
+        list(datasets.load_dataset("uc-volume", data_dir=volume.path("d"), streaming=True, split="train"))
+    volume.write("s/a.jsonl", '{"id": 1, "label": "cat"}\n\n{"id": 2, "label": 3}\n')
+    with pytest.raises(RecordError, match=r"s/a\.jsonl, line 3: the records .* disagree: field 'label' holds a "
+                                          r"number here, a string before.*features="):
+        resolve_source(volume.path("s")).reader.schema()
+    volume.write("e/a.jsonl", '{"id": 1}\n{"id": 2, "extra": true}\n')
+    features = datasets.Features({"id": datasets.Value("int64")})
+    with pytest.raises(RecordError, match=r"line 2 .*field 'extra' is not among the features \['id'\]"):
+        list(datasets.load_dataset("uc-volume", data_dir=volume.path("e"), features=features, streaming=True,
+                                   split="train"))
+
+
+def test_features_given_parse_the_records_as_them(volume):
+    volume.write("d/a.jsonl", '{"id": 1, "label": 3}\n{"id": 2, "label": 7.5}\n')
+    features = datasets.Features({"id": datasets.Value("int32"), "label": datasets.Value("float64")})
+    ds = datasets.load_dataset("uc-volume", data_dir=volume.path("d"), features=features, streaming=True,
+                               split="train")
+    assert list(ds) == [{"id": 1, "label": 3.0}, {"id": 2, "label": 7.5}]
+
+
+def test_on_error_skip_leaves_out_malformed_records_with_a_warning(volume, small_spans, caplog):
+    lines = [json.dumps({"id": i}) for i in range(200)]
+    lines[5], lines[150] = "not json", '{"id": '
+    volume.write("d/a.jsonl", "\n".join(lines) + "\n")
+    with caplog.at_level(logging.WARNING, logger="air_core"):
+        ds = datasets.load_dataset("uc-volume", data_dir=volume.path("d"), on_error="skip", streaming=True,
+                                   split="train")
+        got = [r["id"] for r in ds]
+    assert got == [i for i in range(200) if i not in (5, 150)]
+    assert any("line 6 " in m for m in caplog.messages) and any("line 151 " in m for m in caplog.messages)
+
+
+# -- front doors -----------------------------------------------------------------------------
+
+def test_hf_streaming_ranks_read_each_record_once_from_one_file(volume, small_spans):
+    volume.write("d/big.jsonl", _jsonl(_records(400)))
+    ds = datasets.load_dataset("uc-volume", data_dir=volume.path("d"), streaming=True, split="train",
+                               world_size=2, num_workers=2)
+    assert ds.num_shards == 4
+    ranks = [[r["id"] for r in split_for_rank(ds, rank=k, world_size=2)] for k in range(2)]
+    assert sorted(ranks[0] + ranks[1]) == list(range(400)) and ranks[0] and ranks[1]
+
+
+def test_hf_non_streaming_load_and_columns(volume, small_spans, tmp_path):
+    volume.write("d/big.jsonl", _jsonl(_records(120)))
+    ds = datasets.load_dataset("uc-volume", data_dir=volume.path("d"), split="train", columns=["id"],
+                               cache_dir=str(tmp_path / "hf"))
+    assert ds.column_names == ["id"] and sorted(ds["id"]) == list(range(120))
+
+
+def test_hf_equalize_drop_gives_shards_equal_counts(volume, small_spans):
+    volume.write("d/big.jsonl", _jsonl(_records(301)))
+    ds = datasets.load_dataset("uc-volume", data_dir=volume.path("d"), streaming=True, split="train",
+                               world_size=2, num_workers=1, equalize="drop")
+    counts = [sum(1 for _ in split_for_rank(ds, rank=k, world_size=2)) for k in range(2)]
+    assert counts == [150, 150]
+
+
+def test_second_pass_reads_nothing_from_the_volume(volume, small_spans):
+    local = volume.write("d/big.jsonl", _jsonl(_records(300)))
+    load = lambda: [r["id"] for r in datasets.load_dataset(  # noqa: E731
+        "uc-volume", data_dir=volume.path("d"), streaming=True, split="train")]
+    assert sorted(load()) == list(range(300))
+    # The same size and time, other bytes: a read from the volume would now fail to parse.
+    st = local.stat()
+    local.write_bytes(b"#" * st.st_size)
+    os.utime(local, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert sorted(load()) == list(range(300))
+
+
+@pytest.mark.slow
+def test_ray_read_datasource_rows_columns_and_count(volume, small_spans, ray_cluster):
+    from air_ray import UCVolumeDatasource, read_uc_volume
+
+    volume.write("d/big.jsonl", _jsonl(_records(300)))
+    volume.write("d/small.jsonl", _jsonl(_records(10, start=300)))
+    ds = ray_cluster.data.read_datasource(UCVolumeDatasource(volume.path("d")))
+    rows = ds.take_all()
+    assert sorted(r["id"] for r in rows) == list(range(310))
+    assert ds.count() == 310
+    picked = read_uc_volume(volume.path("d"), columns=["id", "score"])
+    assert picked.schema().names == ["id", "score"] and picked.count() == 310
+    two = [sorted(r["id"] for r in ray_cluster.data.read_datasource(
+        UCVolumeDatasource(volume.path("d"), rank=k, world_size=2, equalize="pad")).take_all()) for k in range(2)]
+    assert len(two[0]) == len(two[1]) == 155 and set(two[0]) | set(two[1]) == set(range(310))
