@@ -1,7 +1,8 @@
 """air_core: the cache-and-partition core behind the uc-volume loaders.
 
 `FileStream` streams the files of a Unity Catalog volume folder, cached on
-node-local disk on first access, partitioned over (rank x DataLoader worker).
+node-local disk on first access, partitioned over (rank x DataLoader worker);
+`RowStream` streams the rows of a table there (Parquet, JSON Lines, CSV, text).
 `resolve_source` is how every front door turns what a user gives into what
 it reads. The names here are the core's public API; `air_core.tabular`
 (Parquet row groups, needs pyarrow) and `air_core.torch` are public modules.
@@ -29,13 +30,14 @@ from .read import (
     DEFAULT_FETCH_THREADS, DEFAULT_PREFETCH, DEFAULT_PREFETCH_BYTES, ON_ERRORS, CachedFile, OnError, Skipped,
     default_fetch_threads, read_items, without_skips,
 )
+from .row_stream import RowStream
 from .stream import FileStream
 
 __all__ = [
     "AirError", "BALANCES", "Balance", "Cache", "CacheStats", "CachedFile", "DEFAULT_FETCH_THREADS",
     "DEFAULT_PREFETCH", "DEFAULT_PREFETCH_BYTES", "EQUALIZES", "EmptyVolumeError", "Equalize", "FetchError",
     "FileStream", "Grid", "MODES", "Manifest", "ManifestMismatchError", "Mode", "ON_ERRORS", "OnError", "OptionError",
-    "ParquetError", "RowGroup", "RowSlice", "Skipped", "Source", "StateError", "VolumePathError", "check_columns",
+    "ParquetError", "RowGroup", "RowSlice", "RowStream", "Skipped", "Source", "StateError", "VolumePathError", "check_columns",
     "default_dir", "default_fetch_threads", "detect_rank", "detect_worker", "entry_path_length", "epoch_order",
     "export_delta", "freeze_inherited", "list_folder", "pack", "PackResult", "rank_share", "rank_shares",
     "read_items", "resolve_source", "run_state", "snake", "split_rows", "unit_of", "without_skips",

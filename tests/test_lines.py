@@ -316,3 +316,43 @@ def test_ray_read_datasource_rows_columns_and_count(volume, small_spans, ray_clu
     two = [sorted(r["id"] for r in ray_cluster.data.read_datasource(
         UCVolumeDatasource(volume.path("d"), rank=k, world_size=2, equalize="pad")).take_all()) for k in range(2)]
     assert len(two[0]) == len(two[1]) == 155 and set(two[0]) | set(two[1]) == set(range(310))
+
+
+def test_hf_state_dict_resumes_mid_span_exactly(volume, small_spans):
+    volume.write("d/big.jsonl", _jsonl(_records(300)))
+
+    def load():
+        return datasets.load_dataset("uc-volume", data_dir=volume.path("d"), streaming=True, split="train",
+                                     shuffle=True, seed=5, num_workers=2)
+
+    full = [r["id"] for r in load()]
+    ds = load()
+    it = iter(ds)
+    head = [next(it)["id"] for _ in range(117)]
+    state = ds.state_dict()
+    resumed = load()
+    resumed.load_state_dict(state)
+    assert head + [r["id"] for r in resumed] == full
+
+
+@pytest.mark.slow
+def test_dataloader_workers_share_one_file_and_resume(volume, small_spans):
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    volume.write("d/big.jsonl", _jsonl(_records(400)))
+    volume.write("d/small.jsonl.gz", gzip.compress(_jsonl(_records(50, start=400)).encode()))
+
+    def loader():
+        ds = datasets.load_dataset("uc-volume", data_dir=volume.path("d"), streaming=True, split="train",
+                                   num_workers=2)
+        return StatefulDataLoader(ds, batch_size=7, num_workers=2, collate_fn=lambda rows: [r["id"] for r in rows])
+
+    full = [i for batch in loader() for i in batch]
+    assert sorted(full) == list(range(450))
+    first = loader()
+    it = iter(first)
+    head = [i for _ in range(9) for i in next(it)]
+    state = first.state_dict()
+    second = loader()
+    second.load_state_dict(state)
+    assert head + [i for batch in second for i in batch] == full

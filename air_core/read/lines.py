@@ -204,13 +204,13 @@ class LinesReader(TableReader):
 
     # -- reading ------------------------------------------------------------------------
 
-    def read_tables(self, pieces: Sequence[Piece], cache: Cache, *, columns: Sequence[str] | None,
+    def read_pieces(self, pieces: Sequence[Piece], cache: Cache, *, columns: Sequence[str] | None,
                     fetch_threads: int, epoch: int = 0, seed: int = 0, shuffle: bool = False,
-                    on_error: str = "raise") -> Iterator[pa.Table]:
-        for _, table in read_pieces(self.source.manifest, pieces, cache, self.format().select(columns),
-                                    local_root=self.source.local, epoch=epoch, seed=seed, shuffle=shuffle,
-                                    on_error=on_error):
-            yield table
+                    on_error: str = "raise") -> Iterator[tuple[int, pa.Table]]:
+        for index, _, table in read_spans(self.source.manifest, pieces, cache, self.format().select(columns),
+                                          local_root=self.source.local, epoch=epoch, seed=seed, shuffle=shuffle,
+                                          on_error=on_error):
+            yield index, table
 
     def part(self, pieces: Sequence[Piece], *, epoch: int, seed: int, shuffle: bool) -> LinesPart:
         m = self.source.manifest
@@ -259,18 +259,20 @@ class LinesPart(Part):
              prefetch_bytes: int = 0, on_error: str = "raise",
              columns: Sequence[str] | None = None) -> Iterator[tuple[str, pa.Table]]:
         manifest = Manifest.from_rows(self.root, self.listing, self.fingerprint)
-        return read_pieces(manifest, self.pieces, cache, self.format.select(columns), local_root=self.local_root,
-                           epoch=self.epoch, seed=self.seed, shuffle=self.shuffle, on_error=on_error)
+        for _, path, table in read_spans(manifest, self.pieces, cache, self.format.select(columns),
+                                         local_root=self.local_root, epoch=self.epoch, seed=self.seed,
+                                         shuffle=self.shuffle, on_error=on_error):
+            yield path, table
 
 
-def read_pieces(manifest: Manifest, pieces: Sequence[Piece], cache: Cache, fmt: Format, *, local_root: str,
-                epoch: int, seed: int, shuffle: bool, on_error: str) -> Iterator[tuple[str, pa.Table]]:
-    """(volume path, table) per run of records, in order: each piece's span's records (a row range of them, for
-    a `RowSlice`), in an order seeded by (seed, epoch, span) with `shuffle`; a compressed file's in runs of
-    about `CHUNK_BYTES`."""
+def read_spans(manifest: Manifest, pieces: Sequence[Piece], cache: Cache, fmt: Format, *, local_root: str,
+               epoch: int, seed: int, shuffle: bool, on_error: str) -> Iterator[tuple[int, str, pa.Table]]:
+    """(piece index, volume path, table) per run of records, in order: each piece's span's records (a row range
+    of them, for a `RowSlice`), in an order seeded by (seed, epoch, span) with `shuffle`; a compressed file's in
+    runs of about `CHUNK_BYTES`."""
     units = [unit_of(p) for p in pieces]
-    for piece, (unit, chunks) in zip(pieces, _records(manifest, units, cache, local_root,
-                                                      fetch_threads=SPAN_THREADS)):
+    for index, (piece, (unit, chunks)) in enumerate(zip(pieces, _records(manifest, units, cache, local_root,
+                                                                          fetch_threads=SPAN_THREADS))):
         path = manifest.volume_path(unit.file)
         lo, hi = (piece.start, piece.stop) if isinstance(piece, RowSlice) else (0, None)
         done = 0
@@ -286,7 +288,7 @@ def read_pieces(manifest: Manifest, pieces: Sequence[Piece], cache: Cache, fmt: 
             if shuffle and table.num_rows > 1:
                 rng = np.random.default_rng((seed, epoch, unit.file, unit.index, k))
                 table = table.take(rng.permutation(table.num_rows))
-            yield path, table
+            yield index, path, table
 
 
 # (offset in the file, or in its decompressed bytes; newlines before it, -1: not known; whole records)
@@ -482,4 +484,4 @@ def _count_newlines(path: str, end: int) -> int:
     return n
 
 
-__all__ = ["COMPRESSIONS", "Format", "LinesPart", "LinesReader", "compression", "read_pieces"]
+__all__ = ["COMPRESSIONS", "Format", "LinesPart", "LinesReader", "compression", "read_spans"]

@@ -55,14 +55,14 @@ class ParquetReader(RowGroupPieces, TableReader):
         given = self.source.options.get("schema")
         return given or self.source.held("schema", lambda: tabular.schema(self.source.manifest, self.units()))
 
-    def read_tables(self, pieces: Sequence[RowGroup | RowSlice], cache: Cache, *, columns: Sequence[str] | None,
+    def read_pieces(self, pieces: Sequence[RowGroup | RowSlice], cache: Cache, *, columns: Sequence[str] | None,
                     fetch_threads: int, epoch: int = 0, seed: int = 0, shuffle: bool = False,
-                    on_error: str = "raise") -> Iterator[pa.Table]:
+                    on_error: str = "raise") -> Iterator[tuple[int, pa.Table]]:
         from .. import tabular
 
         tables = tabular.read_units(self.source.manifest, pieces, cache, columns=columns,
                                     fetch_threads=fetch_threads)
-        return cast_to(tables, self.source.options.get("schema"))
+        return enumerate(cast_to(tables, self.source.options.get("schema")))
 
     def part(self, pieces: Sequence[RowGroup | RowSlice], *, epoch: int, seed: int, shuffle: bool) -> ParquetPart:
         m = self.source.manifest

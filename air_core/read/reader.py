@@ -205,13 +205,19 @@ class TableReader(Reader):
         """The rows' schema."""
         raise NotImplementedError
 
-    def read_tables(self, pieces: Sequence, cache: Cache, *, columns: Sequence[str] | None, fetch_threads: int,
+    def read_pieces(self, pieces: Sequence, cache: Cache, *, columns: Sequence[str] | None, fetch_threads: int,
                     epoch: int = 0, seed: int = 0, shuffle: bool = False,
-                    on_error: str = "raise") -> Iterator[pa.Table]:
-        """The pieces' rows, in order, as tables (one or more per piece), through the node cache, fetched ahead;
-        only `columns` when given. `epoch`, `seed` and `shuffle` order the rows inside a piece, where the format
-        does; `on_error="skip"` leaves out a malformed record, where the format has records."""
+                    on_error: str = "raise") -> Iterator[tuple[int, pa.Table]]:
+        """The pieces' rows, in order, as (position in `pieces`, table): one table or more per piece, through the
+        node cache, fetched ahead; only `columns` when given. `epoch`, `seed` and `shuffle` order the rows inside
+        a piece, where the format does; `on_error="skip"` leaves out a malformed record, where the format has
+        records."""
         raise NotImplementedError
+
+    def read_tables(self, pieces: Sequence, cache: Cache, **options: Any) -> Iterator[pa.Table]:
+        """The tables of `read_pieces` (same options), without their pieces' positions."""
+        for _, table in self.read_pieces(pieces, cache, **options):
+            yield table
 
 
 class FileRowsPart(Part):

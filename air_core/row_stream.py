@@ -1,0 +1,283 @@
+"""RowStream: the rows of a table (Parquet, JSON Lines, CSV, text) for one (rank, worker) stream, the core's own door.
+
+It resolves a `Source` whose reader is a `TableReader`, takes its rank's
+pieces (`Reader.share`: the same every epoch, so node caches keep serving
+them), deals them to DataLoader workers by bytes, and reads them through the
+reader as runs of rows (`row_runs`). Its state names the run and the row
+reached, so a resume on the same grid starts at the next row, and a whole
+run's state (`air_core.run_state`) resumes on any grid.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Iterator, Sequence
+
+from . import dist, options, resume
+from . import plan as plan_mod
+from .cache import Cache
+from .errors import OptionError, StateError
+from .grid import Grid
+from .read import ON_ERRORS, OnError, TableReader, default_fetch_threads
+from .row_runs import Run, deal_bytes, deal_rows, remainder
+from .source import check_columns, resolve_source
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+
+class RowStream:
+    """The rows of one (rank, worker) stream of a table under a volume folder, cached on first access.
+
+    `tables()` yields Arrow tables, iterating yields rows as dicts. Every rank
+    and DataLoader worker reads a disjoint share (ranks byte-balanced, or with
+    equal row counts by `equalize`); together they read every row once per
+    epoch. A large JSON Lines, CSV or text file is shared at record boundaries.
+
+    Args:
+        path: a volume folder, `/Volumes/c/s/v/dir` or `dbfs:/Volumes/...`.
+        mode: "auto" (by the files' extensions), "parquet", "json", "csv" or "text".
+        include, exclude, file_extensions: which files to read (as `resolve_source`).
+        columns: the columns to read (the others are not decoded, where the format allows).
+        shuffle: a new order every epoch (of pieces, and of rows inside each), seeded, the same on every rank.
+        seed: the shuffle seed.
+        equalize: "none", "pad" (repeat rows so every rank has the largest share's count) or "drop"
+            (cut every share to the smallest).
+        rank, world_size, worker, num_workers: this stream's place; detected when not given.
+        cache_dir, cache_limit, verify: the node cache (as `FileStream`).
+        fetch_threads: concurrent reads per stream (default: `default_fetch_threads()`).
+        on_error: "raise" (default), or "skip": a malformed record is left out with a warning.
+        schema, delimiter, sample_by: format options (as `resolve_source`).
+        delta_table, delta_version: read a Delta table's export at `path` (as `resolve_source`).
+    """
+
+    def __init__(
+        self,
+        path: str | None,
+        *,
+        mode: str = "auto",
+        include: str | Sequence[str] | None = None,
+        exclude: str | Sequence[str] | None = None,
+        file_extensions: Sequence[str] | None = None,
+        columns: Sequence[str] | None = None,
+        shuffle: bool = False,
+        seed: int = 0,
+        equalize: plan_mod.Equalize = "none",
+        rank: int | None = None,
+        world_size: int | None = None,
+        worker: int | None = None,
+        num_workers: int | None = None,
+        cache_dir: str | None = None,
+        cache_limit: int | None = None,
+        verify: bool = False,
+        fetch_threads: int | None = None,
+        on_error: OnError = "raise",
+        schema: pa.Schema | None = None,
+        delimiter: str | None = None,
+        sample_by: str | None = None,
+        delta_table: str | None = None,
+        delta_version: int | None = None,
+    ) -> None:
+        options.choice("equalize", equalize, plan_mod.EQUALIZES)
+        options.choice("on_error", on_error, ON_ERRORS)
+        options.flag("shuffle", shuffle)
+        options.flag("verify", verify)
+        options.whole("seed", seed, low=0)
+        options.whole("fetch_threads", fetch_threads, low=1, optional=True)
+        self._source = resolve_source(path, mode=mode, include=include, exclude=exclude,  # type: ignore[arg-type]
+                                      file_extensions=file_extensions, cache_dir=cache_dir, schema=schema,
+                                      delimiter=delimiter, sample_by=sample_by, delta_table=delta_table,
+                                      delta_version=delta_version)
+        reader = self._source.reader
+        if not isinstance(reader, TableReader):
+            raise OptionError(f"RowStream reads a table's rows, but {self._source.given} is read in mode "
+                              f"{self._source.mode!r}, a row per file: read it with FileStream, or give the mode "
+                              "of its format (mode='json', 'csv', 'text' or 'parquet')")
+        reader.check(on_error=on_error, columns=columns)
+        if columns is not None:
+            check_columns(columns, reader.schema().names)
+        self.path, self.mode = self._source.path, self._source.mode
+        self._columns = list(columns) if columns is not None else None
+        self._plan_opts = {"seed": seed, "shuffle": shuffle, "equalize": equalize}
+        self._rank, self._world_size = dist.detect_rank(rank, world_size)
+        Grid(self._rank, self._world_size)
+        self._worker, self._num_workers = worker, num_workers
+        self._cache_dir, self._cache_limit, self._verify = cache_dir, cache_limit, verify
+        self._fetch_threads, self._on_error = fetch_threads, on_error
+        self._cache: Cache | None = None
+        self._epoch = 0
+        self._pending: dict | None = None
+        self._grid: Grid | None = None
+        self._consumed = [0, 0]
+        self._resumed_from: dict | None = None
+
+    # -- what the stream holds -------------------------------------------------
+
+    @property
+    def schema(self) -> pa.Schema:
+        """The rows' schema (of `columns` alone, when given)."""
+        import pyarrow as pa
+
+        s = self._source.reader.schema()
+        return s if self._columns is None else pa.schema([s.field(c) for c in self._columns])
+
+    @property
+    def cache(self) -> Cache:
+        """This process's handle on the node cache."""
+        if self._cache is None:
+            self._cache = Cache(self._cache_dir, limit_bytes=self._cache_limit, verify=self._verify)
+        return self._cache
+
+    @property
+    def epoch(self) -> int:
+        """The epoch the next pass reads (see `set_epoch`)."""
+        return self._epoch
+
+    def grid(self) -> Grid:
+        """This stream's place, with the DataLoader worker detected now."""
+        w, nw = dist.detect_worker(self._worker, self._num_workers)
+        return Grid(self._rank, self._world_size, w, nw)
+
+    def runs(self, grid: Grid | None = None) -> list[Run]:
+        """The runs of rows this stream reads this epoch, in order (no resume applied)."""
+        return _Planner(self._source.reader, self._epoch, self._plan_opts).runs(grid or self.grid(), None)
+
+    # -- iteration and resume ----------------------------------------------------
+
+    def set_epoch(self, epoch: int) -> None:
+        """Select the epoch (its shuffle); a pending resume state for another epoch is dropped."""
+        if self._pending is not None and self._pending["epoch"] != epoch:
+            self._pending = None
+        self._epoch = epoch
+
+    def tables(self) -> Iterator[pa.Table]:
+        """The stream's rows as Arrow tables, in order; each counts as delivered once yielded."""
+        for run, table in self._read():
+            self._consumed[1] += table.num_rows
+            yield table
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        for run, table in self._read():
+            for row in table.to_pylist():
+                self._consumed[1] += 1
+                yield row
+
+    def _read(self) -> Iterator[tuple[int, pa.Table]]:
+        """(run position in the plan, its next rows), for what is left of this pass's plan."""
+        dist.freeze_inherited()
+        grid = self.grid()
+        resumed_from, done = self._take_pending(grid)
+        runs = _Planner(self._source.reader, self._epoch, self._plan_opts).runs(grid, resumed_from)
+        self._grid, self._consumed, self._resumed_from = grid, list(done), resumed_from
+        left = remainder(runs, done)
+        first = done[0]
+        threads = self._fetch_threads or default_fetch_threads(grid.num_workers)
+        seen = [0] * len(left)
+        pieces = self._source.reader.read_pieces(
+            [r.piece for r in left], self.cache, columns=self._columns, fetch_threads=threads, epoch=self._epoch,
+            seed=self._plan_opts["seed"], shuffle=self._plan_opts["shuffle"], on_error=self._on_error)
+        for k, table in pieces:
+            if first + k != self._consumed[0]:  # the runs before it are done
+                self._consumed[:] = [first + k, 0]
+            run, before = left[k], seen[k]  # the table holds the piece's rows [before, before + its rows)
+            seen[k] += table.num_rows
+            a, b = max(run.lo, before), seen[k] if run.hi is None else min(run.hi, seen[k])
+            if a < b:
+                yield first + k, table.slice(a - before, b - a)
+        self._consumed[:] = [first + len(left), 0]
+
+    def state_dict(self) -> dict:
+        """Where iteration stands: plain data, enough to resume exactly once.
+
+        `air_core.run_state` gathers every stream's state into one that resumes on any grid.
+        """
+        pending = self._pending
+        if pending is not None and "streams" not in pending:
+            return dict(pending)
+        g = self._grid if pending is None and self._grid is not None else self.grid()
+        consumed, before = ([0, 0], pending) if pending is not None else (list(self._consumed), self._resumed_from)
+        return {"version": resume.VERSION, "epoch": self._epoch, "fingerprint": self._source.fingerprint,
+                "options": dict(self._plan_opts), "grid": [g.rank, g.world_size, g.worker, g.num_workers],
+                "consumed": consumed, "resumed_from": before}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Resume at the next iteration, from one stream's `state_dict()` (the same grid) or a whole run's
+        `air_core.run_state([...])` (any grid)."""
+        if not isinstance(state, dict) or "epoch" not in state or "fingerprint" not in state:
+            raise StateError(f"not a RowStream state: {state!r:.200}")
+        if state["fingerprint"] != self._source.fingerprint:
+            raise StateError(f"the state was saved over a different listing of {self.path}: the files changed "
+                             "since; resume needs the same files")
+        if state.get("options") != self._plan_opts:
+            raise StateError(f"the state was saved with plan options {state.get('options')}, this stream has "
+                             f"{self._plan_opts}")
+        self._pending = state
+        self._epoch = state["epoch"]
+
+    def _take_pending(self, grid: Grid) -> tuple[dict | None, list[int]]:
+        """(the run state this pass resumes, [run, row] of its plan already delivered)."""
+        state, self._pending = self._pending, None
+        if state is None:
+            return None, [0, 0]
+        if "streams" in state:
+            return state, [0, 0]
+        saved = Grid(*state["grid"])
+        if saved != grid:
+            raise StateError(f"the state was saved by stream {saved} but this is {grid}: to resume on another grid, "
+                             "load the whole run's state, air_core.run_state([every stream's state_dict()])")
+        return state.get("resumed_from"), list(state["consumed"])
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "_cache": None}
+
+
+class _Planner:
+    """The runs of every stream of one epoch after a chain of resumes, each level computed once."""
+
+    def __init__(self, reader: TableReader, epoch: int, plan_opts: dict) -> None:
+        self.reader, self.epoch = reader, epoch
+        self.seed, self.shuffle, self.equalize = plan_opts["seed"], plan_opts["shuffle"], plan_opts["equalize"]
+        self._runs: dict[tuple[int, Grid], list[Run]] = {}
+
+    def runs(self, grid: Grid, state: dict | None) -> list[Run]:
+        """One stream's runs after resuming the run `state` (None: from the epoch's start)."""
+        key = (id(state), grid)
+        if key not in self._runs:
+            self._runs[key] = self._workers(self._rank_runs(grid, state), grid)
+        return self._runs[key]
+
+    def _rank_runs(self, grid: Grid, state: dict | None) -> list[Run]:
+        if state is None:
+            _, pieces = self.reader.share(grid.rank, grid.world_size, epoch=self.epoch, seed=self.seed,
+                                          shuffle=self.shuffle, equalize=self.equalize)
+            return [Run(p) for p in pieces]
+        prior = state.get("resumed_from")
+        streams = [(Grid(*s["grid"]), s) for s in state["streams"]]
+        _check_complete([g for g, _ in streams])
+        left = {g: remainder(self.runs(g, prior), s["consumed"]) for g, s in sorted(streams, key=lambda gs: (gs[0].rank, gs[0].worker))}
+        if all(g.world_size == grid.world_size for g in left):  # each rank keeps what is left of its own share
+            pools = [[r for g, runs in left.items() if g.rank == rank for r in runs] for rank in range(grid.world_size)]
+            counts = [sum(r.rows() or 0 for r in pool) for pool in pools]
+            if self.equalize == "none" or len(set(counts)) == 1:
+                return pools[grid.rank]
+        every = [r for runs in left.values() for r in runs]
+        if self.equalize != "none":
+            return deal_rows(every, grid.world_size, self.equalize)[grid.rank]
+        return self._by_bytes(every, grid.world_size)[grid.rank]
+
+    def _workers(self, runs: list[Run], grid: Grid) -> list[Run]:
+        return runs if grid.num_workers == 1 else self._by_bytes(runs, grid.num_workers)[grid.worker]
+
+    def _by_bytes(self, runs: list[Run], parts: int) -> list[list[Run]]:
+        return deal_bytes(runs, self.reader.weights([r.piece for r in runs]), parts)
+
+
+def _check_complete(grids: list[Grid]) -> None:
+    """Refuse a run state that lacks some of its streams: what they had left would be lost."""
+    if not grids:
+        raise StateError("a run state with no streams: gather the state_dict() of every stream of the run")
+    world, workers = grids[0].world_size, grids[0].num_workers
+    want = {(r, w) for r in range(world) for w in range(workers)}
+    have = {(g.rank, g.worker) for g in grids if (g.world_size, g.num_workers) == (world, workers)}
+    if have != want or len(grids) != len(want):
+        raise StateError(f"the run state holds {len(grids)} streams of a grid of {world} ranks x {workers} workers: "
+                         "gather the state_dict() of every stream of the run, each once")
