@@ -45,9 +45,11 @@ class RowStream:
         rank, world_size, worker, num_workers: this stream's place; detected when not given.
         cache_dir, cache_limit, verify: the node cache (as `FileStream`).
         fetch_threads: concurrent reads per stream (default: `default_fetch_threads()`).
-        on_error: "raise" (default), or "skip": a malformed record is left out with a warning.
+        on_error: "raise" (default), or "skip": a malformed record is left out with a warning, and listed
+            in `skipped` and in the state.
         schema, delimiter, sample_by: format options (as `resolve_source`).
         delta_table, delta_version: read a Delta table's export at `path` (as `resolve_source`).
+
     """
 
     def __init__(
@@ -109,6 +111,8 @@ class RowStream:
         self._grid: Grid | None = None
         self._consumed = [0, 0]
         self._resumed_from: dict | None = None
+        self._skipped_before: list[str] = []  # by the pass a same-grid state was saved in
+        self._skipped: list[str] = []
 
     # -- what the stream holds -------------------------------------------------
 
@@ -131,6 +135,11 @@ class RowStream:
     def epoch(self) -> int:
         """The epoch the next pass reads (see `set_epoch`)."""
         return self._epoch
+
+    @property
+    def skipped(self) -> list[str]:
+        """Where each record left out so far in this pass lay ("<volume path>, line N"), before a resume too."""
+        return self._skipped_before + [s for s in self._skipped if s not in self._skipped_before]
 
     def grid(self) -> Grid:
         """This stream's place, with the DataLoader worker detected now."""
@@ -165,16 +174,18 @@ class RowStream:
         """(run position in the plan, its next rows), for what is left of this pass's plan."""
         dist.freeze_inherited()
         grid = self.grid()
-        resumed_from, done = self._take_pending(grid)
+        resumed_from, done, self._skipped_before = self._take_pending(grid)
         runs = _Planner(self._source.reader, self._epoch, self._plan_opts).runs(grid, resumed_from)
         self._grid, self._consumed, self._resumed_from = grid, list(done), resumed_from
+        self._skipped = []
         left = remainder(runs, done)
         first = done[0]
         threads = self._fetch_threads or default_fetch_threads(grid.num_workers)
         seen = [0] * len(left)
         pieces = self._source.reader.read_pieces(
             [r.piece for r in left], self.cache, columns=self._columns, fetch_threads=threads, epoch=self._epoch,
-            seed=self._plan_opts["seed"], shuffle=self._plan_opts["shuffle"], on_error=self._on_error)
+            seed=self._plan_opts["seed"], shuffle=self._plan_opts["shuffle"], on_error=self._on_error,
+            skipped=self._skipped)
         for k, table in pieces:
             if first + k != self._consumed[0]:  # the runs before it are done
                 self._consumed[:] = [first + k, 0]
@@ -197,7 +208,8 @@ class RowStream:
         consumed, before = ([0, 0], pending) if pending is not None else (list(self._consumed), self._resumed_from)
         return {"version": resume.VERSION, "epoch": self._epoch, "fingerprint": self._source.fingerprint,
                 "options": dict(self._plan_opts), "grid": [g.rank, g.world_size, g.worker, g.num_workers],
-                "consumed": consumed, "resumed_from": before}
+                "consumed": consumed, "skipped": [] if pending is not None else list(self.skipped),
+                "resumed_from": before}
 
     def load_state_dict(self, state: dict) -> None:
         """Resume at the next iteration, from one stream's `state_dict()` (the same grid) or a whole run's
@@ -213,18 +225,18 @@ class RowStream:
         self._pending = state
         self._epoch = state["epoch"]
 
-    def _take_pending(self, grid: Grid) -> tuple[dict | None, list[int]]:
-        """(the run state this pass resumes, [run, row] of its plan already delivered)."""
+    def _take_pending(self, grid: Grid) -> tuple[dict | None, list[int], list[str]]:
+        """(the run state this pass resumes, [run, row] of its plan already delivered, records skipped so far)."""
         state, self._pending = self._pending, None
         if state is None:
-            return None, [0, 0]
+            return None, [0, 0], []
         if "streams" in state:
-            return state, [0, 0]
+            return state, [0, 0], []
         saved = Grid(*state["grid"])
         if saved != grid:
             raise StateError(f"the state was saved by stream {saved} but this is {grid}: to resume on another grid, "
                              "load the whole run's state, air_core.run_state([every stream's state_dict()])")
-        return state.get("resumed_from"), list(state["consumed"])
+        return state.get("resumed_from"), list(state["consumed"]), list(state.get("skipped", []))
 
     def __getstate__(self) -> dict:
         return {**self.__dict__, "_cache": None}

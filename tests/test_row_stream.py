@@ -122,3 +122,19 @@ def test_bad_states_and_sources_are_refused(lines, volume):
     volume.write("f/a.bin", b"x")
     with pytest.raises(OptionError, match="RowStream reads a table's rows.*FileStream"):
         RowStream(volume.path("f"))
+
+
+def test_skipped_records_are_listed_and_a_resume_does_not_deliver_them(volume, monkeypatch):
+    monkeypatch.setattr(line_spans, "SPAN_BYTES", 400)
+    lines = [json.dumps({"id": i}) for i in range(100)]
+    lines[10], lines[60] = "{oops", "]"
+    volume.write("d/a.jsonl", "\n".join(lines) + "\n")
+    stream = RowStream(volume.path("d"), on_error="skip")
+    it = iter(stream)
+    head = [next(it)["id"] for _ in range(30)]
+    state = stream.state_dict()
+    assert state["skipped"] == [f"{volume.path('d')}/a.jsonl, line 11"]
+    resumed = RowStream(volume.path("d"), on_error="skip")
+    resumed.load_state_dict(state)
+    assert head + ids(resumed) == [i for i in range(100) if i not in (10, 60)]
+    assert resumed.skipped == [f"{volume.path('d')}/a.jsonl, line {n}" for n in (11, 61)]

@@ -206,10 +206,10 @@ class LinesReader(TableReader):
 
     def read_pieces(self, pieces: Sequence[Piece], cache: Cache, *, columns: Sequence[str] | None,
                     fetch_threads: int, epoch: int = 0, seed: int = 0, shuffle: bool = False,
-                    on_error: str = "raise") -> Iterator[tuple[int, pa.Table]]:
+                    on_error: str = "raise", skipped: list[str] | None = None) -> Iterator[tuple[int, pa.Table]]:
         for index, _, table in read_spans(self.source.manifest, pieces, cache, self.format().select(columns),
                                           local_root=self.source.local, epoch=epoch, seed=seed, shuffle=shuffle,
-                                          on_error=on_error):
+                                          on_error=on_error, skipped=skipped):
             yield index, table
 
     def part(self, pieces: Sequence[Piece], *, epoch: int, seed: int, shuffle: bool) -> LinesPart:
@@ -266,10 +266,11 @@ class LinesPart(Part):
 
 
 def read_spans(manifest: Manifest, pieces: Sequence[Piece], cache: Cache, fmt: Format, *, local_root: str,
-               epoch: int, seed: int, shuffle: bool, on_error: str) -> Iterator[tuple[int, str, pa.Table]]:
+               epoch: int, seed: int, shuffle: bool, on_error: str,
+               skipped: list[str] | None = None) -> Iterator[tuple[int, str, pa.Table]]:
     """(piece index, volume path, table) per run of records, in order: each piece's span's records (a row range
     of them, for a `RowSlice`), in an order seeded by (seed, epoch, span) with `shuffle`; a compressed file's in
-    runs of about `CHUNK_BYTES`."""
+    runs of about `CHUNK_BYTES`. `skipped`: where each record left out under on_error="skip" lay is added to it."""
     units = [unit_of(p) for p in pieces]
     for index, (piece, (unit, chunks)) in enumerate(zip(pieces, _records(manifest, units, cache, local_root,
                                                                           fetch_threads=SPAN_THREADS))):
@@ -279,7 +280,7 @@ def read_spans(manifest: Manifest, pieces: Sequence[Piece], cache: Cache, fmt: F
         for k, (base, lines, data) in enumerate(chunks):
             if hi is not None and done >= hi:
                 break
-            table = _parse(fmt, _Where(manifest, unit, base, lines, local_root), data, on_error)
+            table = _parse(fmt, _Where(manifest, unit, base, lines, local_root), data, on_error, skipped)
             rows = table.num_rows
             if lo > done or (hi is not None and hi < done + rows):
                 table = table.slice(max(0, lo - done), (rows if hi is None else min(rows, hi - done)) -
@@ -385,7 +386,7 @@ def _decompressed(data: bytes | str, codec: str, vpath: str) -> Chunks:
         yield offset, lines, rest
 
 
-def _parse(fmt: Format, where: _Where, data: bytes, on_error: str) -> pa.Table:
+def _parse(fmt: Format, where: _Where, data: bytes, on_error: str, skipped: list[str] | None = None) -> pa.Table:
     """Whole records of one span, as a table; a malformed one raises `RecordError` naming its file, line and
     offset, or with on_error="skip" is left out with a warning ("count": left out quietly, as when counting)."""
     import pyarrow as pa
@@ -403,6 +404,8 @@ def _parse(fmt: Format, where: _Where, data: bytes, on_error: str) -> pa.Table:
                               "records with a warning") from None
         if on_error == "skip":
             log.warning("skipping a malformed record: %s", described)
+            if skipped is not None:
+                skipped.append(where.place(data, lines[index]))
     drop = {i for i, _ in bad}
     bounds = lines + [len(data)]
     return fmt.parse(b"".join(data[bounds[i]:bounds[i + 1]] for i in range(len(lines)) if i not in drop),
@@ -468,11 +471,15 @@ class _Where:
     def describe(self, data: bytes, at: int, message: str) -> str:
         """`message` about the record at `data[at:]`, with its file, line number and byte offset."""
         vpath = self.manifest.volume_path(self.unit.file)
+        what = "decompressed byte offset" if self.unit.whole and compression(vpath) else "byte offset"
+        return f"{self.place(data, at)} ({what} {self.base + at}): {message}"
+
+    def place(self, data: bytes, at: int) -> str:
+        """The file and line of the record at `data[at:]`: "/Volumes/.../f.jsonl, line 12"."""
         if self.lines < 0:
             self.lines = _count_newlines(f"{self.local_root}/{self.manifest.paths[self.unit.file]}", self.base)
         line = self.lines + data.count(b"\n", 0, at) + 1
-        what = "decompressed byte offset" if self.unit.whole and compression(vpath) else "byte offset"
-        return f"{vpath}, line {line} ({what} {self.base + at}): {message}"
+        return f"{self.manifest.volume_path(self.unit.file)}, line {line}"
 
 
 def _count_newlines(path: str, end: int) -> int:

@@ -57,7 +57,7 @@ class ParquetReader(RowGroupPieces, TableReader):
 
     def read_pieces(self, pieces: Sequence[RowGroup | RowSlice], cache: Cache, *, columns: Sequence[str] | None,
                     fetch_threads: int, epoch: int = 0, seed: int = 0, shuffle: bool = False,
-                    on_error: str = "raise") -> Iterator[tuple[int, pa.Table]]:
+                    on_error: str = "raise", skipped: list[str] | None = None) -> Iterator[tuple[int, pa.Table]]:
         from .. import tabular
 
         tables = tabular.read_units(self.source.manifest, pieces, cache, columns=columns,

@@ -207,11 +207,11 @@ class TableReader(Reader):
 
     def read_pieces(self, pieces: Sequence, cache: Cache, *, columns: Sequence[str] | None, fetch_threads: int,
                     epoch: int = 0, seed: int = 0, shuffle: bool = False,
-                    on_error: str = "raise") -> Iterator[tuple[int, pa.Table]]:
+                    on_error: str = "raise", skipped: list[str] | None = None) -> Iterator[tuple[int, pa.Table]]:
         """The pieces' rows, in order, as (position in `pieces`, table): one table or more per piece, through the
         node cache, fetched ahead; only `columns` when given. `epoch`, `seed` and `shuffle` order the rows inside
         a piece, where the format does; `on_error="skip"` leaves out a malformed record, where the format has
-        records."""
+        records, and adds where it lay to `skipped`."""
         raise NotImplementedError
 
     def read_tables(self, pieces: Sequence, cache: Cache, **options: Any) -> Iterator[pa.Table]:
