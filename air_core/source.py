@@ -34,8 +34,8 @@ from .read import READERS, Reader
 
 T = TypeVar("T")
 
-Mode = Literal["auto", "files", "parquet", "pack", "json", "csv", "text"]
-MODES = ("auto", "files", "parquet", "pack", "json", "csv", "text")
+Mode = Literal["auto", "files", "parquet", "pack", "json", "csv", "text", "webdataset"]
+MODES = ("auto", "files", "parquet", "pack", "json", "csv", "text", "webdataset")
 Globs = str | Sequence[str] | None
 # Options of one format or another (see each reader's `takes`); None: not given.
 FORMAT_OPTIONS = ("schema", "delimiter", "sample_by")
