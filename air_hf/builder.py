@@ -29,7 +29,7 @@ from air_core import (
 from air_core import options as check
 from air_core.read import TableReader
 
-from . import rows
+from . import media, rows
 from .shards import check_drop, shard_count
 from .split_layout import by_split
 
@@ -158,7 +158,7 @@ def _features(config: UCVolumeConfig, source: Source) -> datasets.Features:
         if config.columns is not None:
             check_columns(config.columns, schema.names)
             schema = pa.schema([schema.field(c) for c in config.columns])
-        return datasets.Features.from_arrow_schema(schema)
+        return media.features(datasets.Features.from_arrow_schema(schema), reader.media())
     manifest = source.manifest
     rows.check_media(manifest, config.decode)
     return rows.features(config.decode, rows.label_names(manifest) if config.labels else None)
@@ -215,10 +215,10 @@ class UCVolume(datasets.ArrowBasedBuilder):
         threads = c.fetch_threads or default_fetch_threads()
         pieces = [piece for shard in shards for piece in shard]
         if isinstance(reader, TableReader):
-            names = list(self._features)
+            names, kinds = list(self._features), reader.media()
             tables = reader.read_tables(pieces, cache, columns=c.columns, fetch_threads=threads, seed=c.seed,
                                         shuffle=c.shuffle, on_error=c.on_error)
-            yield from enumerate(t.select(names) for t in tables)
+            yield from enumerate(media.table(t.select(names), kinds) for t in tables)
             return
         features = self._features
         schema = features.arrow_schema
