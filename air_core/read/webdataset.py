@@ -234,17 +234,25 @@ class WebDatasetReader(TableReader):
         rest = iter(range(len(picked), len(sizes)))
         values: dict[str, list] = {}
         cache = Cache(self.source.cache_dir)
+        unreadable: RecordError | None = None
         while picked:
             for got in _fetch(m, picked, cache, self.source.local, on_error="raise"):
-                with _Shard(got) as shard:
-                    for key, members in shard.samples:
+                try:
+                    shard = _Shard(got)
+                except RecordError as e:  # left to the read, where on_error says what to do with it
+                    unreadable = unreadable or e
+                    continue
+                with shard:
+                    for _, members in shard.samples:
                         for ext, info in members.items():
                             found = values.setdefault(ext, [])
                             if kind(ext) == "json":
-                                found.append(_sampled_json(shard, key, ext, info))
+                                found += _sampled_json(shard, info)
             next_tar = next(rest, None)
             picked = [] if values or next_tar is None else [next_tar]  # none yet: the next tar, until one holds some
         if not values:
+            if unreadable is not None:
+                raise unreadable
             raise EmptyVolumeError(f"{self.source.given} holds tar files but no WebDataset samples (members named "
                                    "<key>.<extension>)")
         fields = [pa.field(KEY, pa.string()), pa.field(URL, pa.string())]
@@ -549,12 +557,12 @@ def _is_media(type: pa.DataType) -> bool:
     return pa.types.is_struct(type) and sorted(type.field(i).name for i in range(type.num_fields)) == ["bytes", "path"]
 
 
-def _sampled_json(shard: _Shard, key: str, ext: str, info: tarfile.TarInfo) -> Any:
+def _sampled_json(shard: _Shard, info: tarfile.TarInfo) -> list:
+    """A sampled JSON member's value, in a list; none for one that is not valid JSON (the read reports it)."""
     try:
-        return json.loads(shard.read(info))
-    except ValueError as e:
-        raise RecordError(f"{shard.path}, sample {key!r}: its member {info.name!r}, read to infer the columns, is not "
-                          f"valid JSON ({e}): fix it, or {_ADVICE}") from None
+        return [json.loads(shard.read(info))]
+    except ValueError:
+        return []
 
 
 def _json_type(values: list, ext: str, given: str) -> pa.DataType:
