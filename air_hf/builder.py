@@ -55,7 +55,9 @@ class UCVolumeConfig(datasets.BuilderConfig):
             `.tsv`; the line formats also as `.gz`, `.zst`), "files" when none has.
             A pack (`air-data pack`) reads as its files in "auto", "files" and "pack" modes.
             Large uncompressed line files are cut into spans, each owning the records that
-            start in it, so one file is shared by every rank and worker.
+            start in it, so one file is shared by every rank and worker. "webdataset"
+            (`.tar` shards, also under "auto"): a row per sample, `__key__`, `__url__` and a
+            column per member extension, images as `datasets.Image()`.
         decode: files mode: the column added to path/local_path/size: "path" (none),
             "bytes", "text" (UTF-8), "image" (`datasets.Image()`) or "audio" (`datasets.Audio()`).
         labels: files mode: add a `label` ClassLabel from each file's parent folder.
