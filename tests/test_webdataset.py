@@ -268,9 +268,11 @@ def test_a_malformed_member_raises_naming_it_or_reads_as_null(volume, hf_cache):
     (lambda v: write_tar(v, "empty/a.tar", []) and write_tar(v, "empty/b.tar", [("README", b"x")]),
      EmptyVolumeError, "holds tar files but no WebDataset samples"),
     (lambda v: v.write("empty/a.tar", b"\x00garbage" * 99), RecordError, "a.tar is not a readable tar file"),
+    (lambda v: write_tar(v, "empty/a.tar", [("x.cls", b"1"), ("x.cls", b"2")]), RecordError,
+     "two members for the sample 'x' with the extension 'cls'"),
     (lambda v: write_tar(v, "empty/a.tar", [("x.json", b"1"), ("y.json", b'{"a": 1}')]), RecordError,
      "JSON values of no one type"),
-], ids=["no-files", "no-samples", "not-a-tar", "mixed-json"])
+], ids=["no-files", "no-samples", "not-a-tar", "duplicate-member", "mixed-json"])
 def test_bad_input_fails_clearly_when_resolved(volume, case, error, words):
     case(volume)
     with pytest.raises(error) as e:

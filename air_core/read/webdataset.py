@@ -345,7 +345,7 @@ def read_tars(manifest: Manifest, pieces: Sequence[Piece], cache: Cache, fmt: Ta
         except RecordError as e:
             if on_error == "raise":
                 raise
-            log.warning("skipped a tar that does not read: %s", e)
+            log.warning("skipped %s", getattr(e, "what", e))
             continue
         with shard:
             shard.check_columns(fmt.schema.names)
@@ -387,8 +387,7 @@ class _Shard:
             raise
 
     def unreadable(self, error: Exception | str) -> RecordError:
-        return RecordError(f"{self.path} is not a readable tar file ({error}): remove or replace it, leave it out "
-                           "with exclude=, or pass on_error='skip' to skip such tars with a warning")
+        return _unreadable(f"{self.path} is not a readable tar file ({error})")
 
     def __enter__(self) -> _Shard:
         return self
@@ -428,9 +427,8 @@ def _samples(members: Sequence[tarfile.TarInfo], size: int, path: str) -> list[S
         if not m.isfile():
             continue
         if m.offset_data + m.size > size:
-            raise RecordError(f"{path} is not a readable tar file (it is cut short: its member {m.name!r} runs "
-                              f"past its end): remove or replace it, leave it out with exclude=, or pass "
-                              "on_error='skip' to skip such tars with a warning")
+            raise _unreadable(f"{path} is not a readable tar file (it is cut short: its member {m.name!r} runs past "
+                              "its end)")
         folder, _, name = m.name.rpartition("/")
         stem, dot, ext = name.partition(".")
         if not stem or not ext:  # hidden, or no extension: no sample's member
@@ -438,11 +436,18 @@ def _samples(members: Sequence[tarfile.TarInfo], size: int, path: str) -> list[S
         key = f"{folder}/{stem}" if folder else stem
         sample = out.setdefault(key, {})
         if ext in sample:
-            raise RecordError(f"{path} is not a WebDataset tar: it holds two members for the sample {key!r} with the "
-                              f"extension {ext!r} ({sample[ext].name!r} and {m.name!r}): remove or replace it, leave "
-                              "it out with exclude=, or pass on_error='skip' to skip such tars with a warning")
+            raise _unreadable(f"{path} is not a WebDataset tar: it holds two members for the sample {key!r} with the "
+                              f"extension {ext!r} ({sample[ext].name!r} and {m.name!r})")
         sample[ext] = m
     return list(out.items())
+
+
+def _unreadable(what: str) -> RecordError:
+    """The error of a tar that does not read; `what` (its `what`, too) says which and why."""
+    error = RecordError(f"{what}: remove or replace it, leave it out with exclude=, or pass on_error='skip' to skip "
+                        "such tars with a warning")
+    error.what = what  # type: ignore[attr-defined]
+    return error
 
 
 def _batches(samples: Sequence[Sample], order: list[int], fields: Sequence[pa.Field]) -> Iterator[list[int]]:
