@@ -138,7 +138,7 @@ class WebDatasetReader(TableReader):
 
     def units(self) -> list[Tar]:
         """Every tar of the listing, in order."""
-        return self.source.held("units", lambda: [Tar(k, int(n)) for k, n in
+        return self.source.held("webdataset.units", lambda: [Tar(k, int(n)) for k, n in
                                                   enumerate(self.source.manifest.sizes.tolist())])
 
     def counted(self) -> list[Tar]:
@@ -159,7 +159,7 @@ class WebDatasetReader(TableReader):
                     counts.append(0)
             return [replace(u, num_rows=n) for u, n in zip(units, counts)]
 
-        return self.source.held("counted", make)
+        return self.source.held("webdataset.counted", make)
 
     def validate(self) -> None:
         if self.source.options.get("schema") is None:
@@ -209,7 +209,7 @@ class WebDatasetReader(TableReader):
         given = self.source.options.get("schema")
         if given is not None:
             return given
-        return self.source.held("schema", self._infer)
+        return self.source.held("webdataset.schema", self._infer)
 
     def media(self) -> dict[str, str]:
         """The columns of image bytes ("image"), by the extension; none when the schema was given (its types
