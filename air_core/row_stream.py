@@ -35,7 +35,7 @@ class RowStream:
 
     Args:
         path: a volume folder, `/Volumes/c/s/v/dir` or `dbfs:/Volumes/...`.
-        mode: "auto" (by the files' extensions), "parquet", "json", "csv" or "text".
+        mode: "auto" (by the files' extensions), "parquet", "json", "csv", "text" or "webdataset".
         include, exclude, file_extensions: which files to read (as `resolve_source`).
         columns: the columns to read (the others are not decoded, where the format allows).
         shuffle: a new order every epoch (of pieces, and of rows inside each), seeded, the same on every rank.

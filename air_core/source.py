@@ -34,8 +34,8 @@ from .read import READERS, Reader
 
 T = TypeVar("T")
 
-Mode = Literal["auto", "files", "parquet", "pack", "json", "csv", "text"]
-MODES = ("auto", "files", "parquet", "pack", "json", "csv", "text")
+Mode = Literal["auto", "files", "parquet", "pack", "json", "csv", "text", "webdataset"]
+MODES = ("auto", "files", "parquet", "pack", "json", "csv", "text", "webdataset")
 Globs = str | Sequence[str] | None
 # Options of one format or another (see each reader's `takes`); None: not given.
 FORMAT_OPTIONS = ("schema", "delimiter", "sample_by")
@@ -100,10 +100,12 @@ class Source:
     def held(self, name: str, make: Callable[[], T]) -> T:
         """What this process worked out about the source under `name` (a reader's row groups, schema, ...):
         made once per process by `make`, and kept for later sources of the same listing."""
+        # What is worked out depends on how the files are read, not only on which they are.
+        key = f"{name}|{self.mode}|{sorted((k, repr(v)) for k, v in self.options.items())}"
         held = _memo.get(self.fingerprint, {})
-        if name not in held:
-            held = _remember(self.fingerprint, **{name: make()})
-        return held[name]
+        if key not in held:
+            held = _remember(self.fingerprint, **{key: make()})
+        return held[key]
 
     def __getstate__(self) -> dict:
         if self._listing_file is None:

@@ -29,7 +29,7 @@ from air_core import (
 from air_core import options as check
 from air_core.read import TableReader
 
-from . import rows
+from . import media, rows
 from .shards import check_drop, shard_count
 from .split_layout import by_split
 
@@ -55,7 +55,9 @@ class UCVolumeConfig(datasets.BuilderConfig):
             `.tsv`; the line formats also as `.gz`, `.zst`), "files" when none has.
             A pack (`air-data pack`) reads as its files in "auto", "files" and "pack" modes.
             Large uncompressed line files are cut into spans, each owning the records that
-            start in it, so one file is shared by every rank and worker.
+            start in it, so one file is shared by every rank and worker. "webdataset"
+            (`.tar` shards, also under "auto"): a row per sample, `__key__`, `__url__` and a
+            column per member extension, images as `datasets.Image()`.
         decode: files mode: the column added to path/local_path/size: "path" (none),
             "bytes", "text" (UTF-8), "image" (`datasets.Image()`) or "audio" (`datasets.Audio()`).
         labels: files mode: add a `label` ClassLabel from each file's parent folder.
@@ -158,7 +160,7 @@ def _features(config: UCVolumeConfig, source: Source) -> datasets.Features:
         if config.columns is not None:
             check_columns(config.columns, schema.names)
             schema = pa.schema([schema.field(c) for c in config.columns])
-        return datasets.Features.from_arrow_schema(schema)
+        return media.features(datasets.Features.from_arrow_schema(schema), reader.media())
     manifest = source.manifest
     rows.check_media(manifest, config.decode)
     return rows.features(config.decode, rows.label_names(manifest) if config.labels else None)
@@ -215,10 +217,10 @@ class UCVolume(datasets.ArrowBasedBuilder):
         threads = c.fetch_threads or default_fetch_threads()
         pieces = [piece for shard in shards for piece in shard]
         if isinstance(reader, TableReader):
-            names = list(self._features)
+            names, kinds = list(self._features), reader.media()
             tables = reader.read_tables(pieces, cache, columns=c.columns, fetch_threads=threads, seed=c.seed,
                                         shuffle=c.shuffle, on_error=c.on_error)
-            yield from enumerate(t.select(names) for t in tables)
+            yield from enumerate(media.table(t.select(names), kinds) for t in tables)
             return
         features = self._features
         schema = features.arrow_schema

@@ -79,7 +79,9 @@ class UCVolumeDatasource(Datasource):
             also as `.gz`, `.zst`; files when none has; an error for a mix),
             "files", "parquet", "json" (JSON Lines), "csv" or "text" (a row
             per line in `text`). Large uncompressed line files are cut into
-            spans, each owning the records that start in it.
+            spans, each owning the records that start in it. "webdataset"
+            (`.tar` shards, also under "auto"): a row per sample, `__key__`,
+            `__url__` and a column per member extension (images as bytes).
         include: glob(s) of files to keep, relative to `path` (`*` crosses `/`).
         exclude: glob(s) of files to leave out.
         file_extensions: keep only files with these extensions (case-insensitive), as in Ray's readers.

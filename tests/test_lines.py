@@ -356,3 +356,10 @@ def test_dataloader_workers_share_one_file_and_resume(volume, small_spans):
     second = loader()
     second.load_state_dict(state)
     assert head + [i for batch in second for i in batch] == full
+
+
+def test_what_a_source_works_out_follows_its_mode_and_options(volume):
+    volume.write("c/a.csv", "x;y\n1;2\n")
+    assert resolve_source(volume.path("c"), mode="csv").reader.schema().names == ["x;y"]
+    assert resolve_source(volume.path("c"), mode="csv", delimiter=";").reader.schema().names == ["x", "y"]
+    assert resolve_source(volume.path("c"), mode="text").reader.units()[0].whole is False

@@ -17,10 +17,11 @@ from .jsonl import JsonReader
 from .delimited import CsvReader
 from .text import TextReader
 from .lines import LinesReader
+from .webdataset import WebDatasetReader
 
 __all__ = [
     "CsvReader", "DEFAULT_FETCH_THREADS", "DEFAULT_PREFETCH", "DEFAULT_PREFETCH_BYTES", "FileRowsReader", "FilesReader",
     "JsonReader", "LinesReader", "TextReader",
     "ON_ERRORS", "OnError", "PackReader", "ParquetReader", "Part", "READERS", "Reader", "TableReader", "CachedFile",
-    "Skipped", "default_fetch_threads", "read_items", "register", "without_skips",
+    "Skipped", "WebDatasetReader", "default_fetch_threads", "read_items", "register", "without_skips",
 ]

@@ -17,6 +17,7 @@ the processes that read.
 from __future__ import annotations
 
 import logging
+import zlib
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Iterator, Sequence
 
@@ -287,7 +288,9 @@ def read_spans(manifest: Manifest, pieces: Sequence[Piece], cache: Cache, fmt: F
                                     max(0, lo - done))
             done += rows
             if shuffle and table.num_rows > 1:
-                rng = np.random.default_rng((seed, epoch, unit.file, unit.index, k))
+                # Seeded by the file's name, not its place in a listing: a Ray task's part renumbers its files.
+                rng = np.random.default_rng((seed, epoch, zlib.crc32(manifest.paths[unit.file].encode()), unit.index,
+                                             k))
                 table = table.take(rng.permutation(table.num_rows))
             yield index, path, table
 

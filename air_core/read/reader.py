@@ -205,6 +205,11 @@ class TableReader(Reader):
         """The rows' schema."""
         raise NotImplementedError
 
+    def media(self) -> dict[str, str]:
+        """Columns of bytes that are media files -> their kind ("image"): a door with a type of its own for such
+        files (HF's `datasets.Image()`) gives them that; as they are, they stay bytes."""
+        return {}
+
     def read_pieces(self, pieces: Sequence, cache: Cache, *, columns: Sequence[str] | None, fetch_threads: int,
                     epoch: int = 0, seed: int = 0, shuffle: bool = False,
                     on_error: str = "raise", skipped: list[str] | None = None) -> Iterator[tuple[int, pa.Table]]:
