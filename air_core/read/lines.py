@@ -23,22 +23,19 @@ from typing import TYPE_CHECKING, Iterator, Sequence
 
 import numpy as np
 
-from .. import plan as plan_mod
 from ..cache import Cache, read_bytes
 from ..errors import EmptyVolumeError, RecordError
 from ..fetch import ordered_map, retrying
 from ..manifest import Manifest
-from ..plan import epoch_order
-from ..row_plan import RowSlice, deal_rows, piece_bytes, unit_of
+from ..row_plan import RowSlice, piece_bytes, unit_of
 from . import line_spans
 from .line_spans import TAIL_BYTES, Span, first_record, spans, tail_end
 from .reader import Part, TableReader
-from .row_groups import rank_pieces
+from .row_groups import CountedUnits
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from ..plan import Equalize
 
 log = logging.getLogger("air_core")
 
@@ -70,12 +67,8 @@ class Format:
         """The records in `data` (whole records, newline-separated); `first`: it starts at its file's start."""
         raise NotImplementedError
 
-    def count(self, data: bytes, *, first: bool) -> int:
-        """How many rows `parse` makes of `data`."""
-        return self.parse(data, first=first).num_rows
 
-
-class LinesReader(TableReader):
+class LinesReader(CountedUnits, TableReader):
     """A format whose files hold one record per line; subclasses name the format and its schema.
 
     Its `extensions` are the uncompressed files'; each with `.gz` or `.zst` after it is read too.
@@ -166,42 +159,6 @@ class LinesReader(TableReader):
     def pieces(self, files: Sequence[int]) -> list[Piece]:
         member = set(files)
         return [u for u in self.units() if u.file in member]
-
-    def count(self, pieces: Sequence[Piece]) -> int:
-        counts = {(u.file, u.index): u.num_rows for u in self.counted()}
-        return sum(p.num_rows if isinstance(p, RowSlice) else counts[p.file, p.index] for p in pieces)
-
-    def deal(self, pieces: Sequence[Piece], parts: int, *, seed: int, shuffle: bool,
-             equalize: Equalize) -> list[list]:
-        if equalize != "none":
-            return deal_rows(self._counted(pieces), parts, seed=seed, shuffle=shuffle, equalize=equalize)
-        sizes = [piece_bytes(p) for p in pieces]
-        dealt = plan_mod.rank_shares(sizes, world_size=parts, seed=seed, shuffle=shuffle)
-        return [[pieces[k] for k in part] for part in dealt]
-
-    def share(self, rank: int, world_size: int, *, epoch: int, seed: int, shuffle: bool,
-              equalize: Equalize) -> tuple[np.ndarray, list]:
-        if equalize != "none":
-            pieces = rank_pieces(self.counted(), rank, world_size, equalize)
-            order = epoch_order(len(pieces), epoch=epoch, seed=seed, shuffle=shuffle)
-            return np.asarray(order, dtype=np.int64), [pieces[k] for k in order]
-        units = self.units()
-        keys = plan_mod.rank_share([u.nbytes for u in units], rank=rank, world_size=world_size, epoch=epoch,
-                                   seed=seed, shuffle=shuffle)
-        return np.asarray(keys, dtype=np.int64), [units[k] for k in keys]
-
-    def share_weights(self, rank: int, world_size: int, *, equalize: Equalize) -> np.ndarray:
-        if equalize != "none":
-            return np.array([piece_bytes(p) for p in rank_pieces(self.counted(), rank, world_size, equalize)],
-                            dtype=np.int64)
-        return np.array([u.nbytes for u in self.units()], dtype=np.int64)
-
-    def weights(self, pieces: Sequence[Piece]) -> list[int]:
-        return [piece_bytes(p) for p in pieces]
-
-    def _counted(self, pieces: Sequence[Piece]) -> list[Piece]:
-        counted = {(u.file, u.index): u for u in self.counted()}
-        return [p if isinstance(p, RowSlice) else counted[p.file, p.index] for p in pieces]
 
     # -- reading ------------------------------------------------------------------------
 

@@ -1,16 +1,23 @@
-"""Units that are row groups: what the Parquet reader and the pack reader plan alike.
+"""Units of rows that readers plan alike: row groups (Parquet, packs), and units counted only on request.
 
-Both read a sequence of row groups (`units()`, each reader's own), deal their
-rows into exact ranges, and give each rank a run of them that no epoch
-changes, in a seeded per-epoch order.
+`RowGroupPieces`: the Parquet and pack readers read a sequence of row groups
+(`units()`, each reader's own), deal their rows into exact ranges, and give
+each rank a run of them that no epoch changes, in a seeded per-epoch order.
+
+`CountedUnits`: the line and WebDataset readers' units (spans, tars) hold
+rows that are known only once read, so they are dealt as whole units by
+bytes; where every rank must get as many rows (`equalize`), each unit is
+counted first (`counted()`) and they are planned as row groups are.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Sequence
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
+from .. import plan as plan_mod
 from ..plan import epoch_order
 from ..row_plan import RowGroup, RowSlice, deal_rows, piece_bytes, split_rows
 
@@ -50,3 +57,50 @@ def rank_pieces(units: Sequence[RowGroup], rank: int, world_size: int, equalize:
     if world_size == 1 and equalize == "none":
         return [u for u in units if u.num_rows]
     return split_rows(units, world_size, equalize)[rank]
+
+
+class CountedUnits:
+    """`Reader` methods for units (frozen dataclasses with `nbytes` and `num_rows`, -1 until counted) whose rows
+    are counted only where counts must match; pieces are units, or `RowSlice`s of counted ones."""
+
+    def units(self) -> list:
+        """Every unit, in listing order, uncounted."""
+        raise NotImplementedError
+
+    def counted(self) -> list:
+        """`units()`, each with its rows counted (a read of every unit)."""
+        raise NotImplementedError
+
+    def count(self, pieces: Sequence[Any]) -> int:
+        return sum(p.num_rows for p in self._with_counts(pieces))
+
+    def deal(self, pieces: Sequence[Any], parts: int, *, seed: int, shuffle: bool, equalize: Equalize) -> list[list]:
+        if equalize != "none":
+            return deal_rows(self._with_counts(pieces), parts, seed=seed, shuffle=shuffle, equalize=equalize)
+        dealt = plan_mod.rank_shares([piece_bytes(p) for p in pieces], world_size=parts, seed=seed, shuffle=shuffle)
+        return [[pieces[k] for k in part] for part in dealt]
+
+    def share(self, rank: int, world_size: int, *, epoch: int, seed: int, shuffle: bool,
+              equalize: Equalize) -> tuple[np.ndarray, list]:
+        if equalize != "none":
+            pieces = rank_pieces(self.counted(), rank, world_size, equalize)
+            order = epoch_order(len(pieces), epoch=epoch, seed=seed, shuffle=shuffle)
+            return np.asarray(order, dtype=np.int64), [pieces[k] for k in order]
+        units = self.units()
+        keys = plan_mod.rank_share([u.nbytes for u in units], rank=rank, world_size=world_size, epoch=epoch,
+                                   seed=seed, shuffle=shuffle)
+        return np.asarray(keys, dtype=np.int64), [units[k] for k in keys]
+
+    def share_weights(self, rank: int, world_size: int, *, equalize: Equalize) -> np.ndarray:
+        if equalize != "none":
+            pieces = rank_pieces(self.counted(), rank, world_size, equalize)
+            return np.array([piece_bytes(p) for p in pieces], dtype=np.int64)
+        return np.array([u.nbytes for u in self.units()], dtype=np.int64)
+
+    def weights(self, pieces: Sequence[Any]) -> list[int]:
+        return [piece_bytes(p) for p in pieces]
+
+    def _with_counts(self, pieces: Sequence[Any]) -> list:
+        """`pieces`, each unit among them replaced by its counted self."""
+        counted = {replace(u, num_rows=-1): u for u in self.counted()}
+        return [p if isinstance(p, RowSlice) else counted[replace(p, num_rows=-1)] for p in pieces]

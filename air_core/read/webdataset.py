@@ -34,20 +34,17 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
 import numpy as np
 
-from .. import plan as plan_mod
 from ..cache import Cache
 from ..errors import EmptyVolumeError, RecordError
 from ..manifest import Manifest
-from ..plan import epoch_order
-from ..row_plan import RowSlice, deal_rows, piece_bytes, unit_of
+from ..row_plan import RowSlice, piece_bytes, unit_of
 from .files import CachedFile, Skipped, read_items
 from .reader import Part, TableReader, register
-from .row_groups import rank_pieces
+from .row_groups import CountedUnits
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from ..plan import Equalize
 
 log = logging.getLogger("air_core")
 
@@ -112,7 +109,7 @@ class TarFormat:
 
 
 @register
-class WebDatasetReader(TableReader):
+class WebDatasetReader(CountedUnits, TableReader):
     """WebDataset `.tar` shards: a row per sample (`__key__`, `__url__`, a column per member extension).
 
     Images (`jpg`, `png`, ...) are bytes; `media()` names them, so a door with
@@ -168,39 +165,6 @@ class WebDatasetReader(TableReader):
     def pieces(self, files: Sequence[int]) -> list[Piece]:
         units = self.units()
         return [units[k] for k in files]
-
-    def count(self, pieces: Sequence[Piece]) -> int:
-        counts = [u.num_rows for u in self.counted()]
-        return sum(p.num_rows if isinstance(p, RowSlice) else counts[p.file] for p in pieces)
-
-    def deal(self, pieces: Sequence[Piece], parts: int, *, seed: int, shuffle: bool,
-             equalize: Equalize) -> list[list]:
-        if equalize != "none":
-            counted = self.counted()
-            pieces = [p if isinstance(p, RowSlice) else counted[p.file] for p in pieces]
-            return deal_rows(pieces, parts, seed=seed, shuffle=shuffle, equalize=equalize)
-        dealt = plan_mod.rank_shares([piece_bytes(p) for p in pieces], world_size=parts, seed=seed, shuffle=shuffle)
-        return [[pieces[k] for k in part] for part in dealt]
-
-    def share(self, rank: int, world_size: int, *, epoch: int, seed: int, shuffle: bool,
-              equalize: Equalize) -> tuple[np.ndarray, list]:
-        if equalize != "none":
-            pieces = rank_pieces(self.counted(), rank, world_size, equalize)
-            order = epoch_order(len(pieces), epoch=epoch, seed=seed, shuffle=shuffle)
-            return np.asarray(order, dtype=np.int64), [pieces[k] for k in order]
-        units = self.units()
-        keys = plan_mod.rank_share([u.nbytes for u in units], rank=rank, world_size=world_size, epoch=epoch,
-                                   seed=seed, shuffle=shuffle)
-        return np.asarray(keys, dtype=np.int64), [units[k] for k in keys]
-
-    def share_weights(self, rank: int, world_size: int, *, equalize: Equalize) -> np.ndarray:
-        if equalize != "none":
-            return np.array([piece_bytes(p) for p in rank_pieces(self.counted(), rank, world_size, equalize)],
-                            dtype=np.int64)
-        return np.array([u.nbytes for u in self.units()], dtype=np.int64)
-
-    def weights(self, pieces: Sequence[Piece]) -> list[int]:
-        return [piece_bytes(p) for p in pieces]
 
     # -- columns ----------------------------------------------------------------------
 
