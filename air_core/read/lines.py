@@ -27,11 +27,11 @@ from ..cache import Cache, read_bytes
 from ..errors import EmptyVolumeError, RecordError
 from ..fetch import ordered_map, retrying
 from ..manifest import Manifest
-from ..row_plan import RowSlice, piece_bytes, unit_of
+from ..row_plan import RowSlice, unit_of
 from . import line_spans
 from .line_spans import TAIL_BYTES, Span, first_record, spans, tail_end
-from .reader import Part, TableReader
-from .row_groups import CountedUnits
+from .reader import TableReader
+from .row_groups import CountedPart, CountedUnits, localize
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -172,46 +172,14 @@ class LinesReader(CountedUnits, TableReader):
 
     def part(self, pieces: Sequence[Piece], *, epoch: int, seed: int, shuffle: bool) -> LinesPart:
         m = self.source.manifest
-        files = list(dict.fromkeys(unit_of(p).file for p in pieces))
-        position = {f: k for k, f in enumerate(files)}
-        local = [_renumbered(p, position[unit_of(p).file]) for p in pieces]
+        files, local = localize(pieces)
         return LinesPart(m.root, self.source.local, m.fingerprint, m.rows(files), local, self.format(), epoch, seed,
                          shuffle)
 
 
-def _renumbered(piece: Piece, file: int) -> Piece:
-    if isinstance(piece, RowSlice):
-        return replace(piece, unit=replace(piece.unit, file=file))
-    return replace(piece, file=file)
-
-
-@dataclass(frozen=True)
-class LinesPart(Part):
+class LinesPart(CountedPart):
     """Spans to read elsewhere: their files' rows of the listing, the pieces numbered over them, and how their
     records parse."""
-
-    root: str
-    local_root: str
-    fingerprint: str
-    listing: list[tuple[str, int, int]]
-    pieces: list[Piece]
-    format: Format
-    epoch: int
-    seed: int
-    shuffle: bool
-
-    @property
-    def rows(self) -> int | None:  # type: ignore[override]
-        counts = [p.num_rows for p in self.pieces]
-        return None if min(counts, default=0) < 0 else sum(counts)
-
-    @property
-    def nbytes(self) -> int:
-        return sum(piece_bytes(p) for p in self.pieces)
-
-    @property
-    def input_files(self) -> list[str]:
-        return [f"{self.root}/{r[0]}" for r in self.listing]
 
     def read(self, cache: Cache, *, fetch_threads: int = SPAN_THREADS, prefetch: int = SPANS_AHEAD,
              prefetch_bytes: int = 0, on_error: str = "raise",

@@ -7,14 +7,14 @@ no pyarrow.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterable, Iterator, Sequence
 
 from ..errors import EmptyVolumeError, ParquetError
 from ..manifest import Manifest
 from ..row_plan import RowGroup, RowSlice, piece_bytes, unit_of
 from .reader import Part, TableReader, register
-from .row_groups import RowGroupPieces
+from .row_groups import RowGroupPieces, localize
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -84,20 +84,6 @@ def cast_to(tables: Iterable[pa.Table], schema: pa.Schema | None) -> Iterator[pa
         except (pa.ArrowException, KeyError) as e:
             raise ParquetError(f"rows of columns {table.schema} do not fit the features given ({e}): give "
                                "features= (schema= for Ray) the tables' columns can be cast to") from None
-
-
-def localize(pieces: Sequence[RowGroup | RowSlice]) -> tuple[list[int], list[RowGroup | RowSlice]]:
-    """The files `pieces` touch (in first-use order), and the pieces renumbered to index that list.
-
-    A part then carries only its own files' rows, not the whole listing.
-    """
-    files = list(dict.fromkeys(unit_of(p).file for p in pieces))
-    position = {f: k for k, f in enumerate(files)}
-    out: list[RowGroup | RowSlice] = []
-    for p in pieces:
-        unit = replace(unit_of(p), file=position[unit_of(p).file])
-        out.append(replace(p, unit=unit) if isinstance(p, RowSlice) else unit)
-    return files, out
 
 
 @dataclass(frozen=True)

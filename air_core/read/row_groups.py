@@ -12,14 +12,15 @@ counted first (`counted()`) and they are planned as row groups are.
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
 from .. import plan as plan_mod
 from ..plan import epoch_order
-from ..row_plan import RowGroup, RowSlice, deal_rows, piece_bytes, split_rows
+from ..row_plan import RowGroup, RowSlice, deal_rows, piece_bytes, split_rows, unit_of
+from .reader import Part
 
 if TYPE_CHECKING:
     from ..plan import Equalize
@@ -104,3 +105,47 @@ class CountedUnits:
         """`pieces`, each unit among them replaced by its counted self."""
         counted = {replace(u, num_rows=-1): u for u in self.counted()}
         return [p if isinstance(p, RowSlice) else counted[replace(p, num_rows=-1)] for p in pieces]
+
+
+def localize(pieces: Sequence[Any]) -> tuple[list[int], list]:
+    """The files `pieces` touch (in first-use order), and the pieces renumbered to index that list.
+
+    A part then carries only its own files' rows, not the whole listing.
+    """
+    files = list(dict.fromkeys(unit_of(p).file for p in pieces))
+    position = {f: k for k, f in enumerate(files)}
+    out = []
+    for p in pieces:
+        unit = replace(unit_of(p), file=position[unit_of(p).file])
+        out.append(replace(p, unit=unit) if isinstance(p, RowSlice) else unit)
+    return files, out
+
+
+@dataclass(frozen=True)
+class CountedPart(Part):
+    """Units (or row ranges of them) to read elsewhere: their files' rows of the listing, the pieces numbered
+    over them, how they turn into tables (`format`), and the order of rows inside each (epoch, seed, shuffle).
+    Its `rows` are None unless every piece was counted."""
+
+    root: str
+    local_root: str
+    fingerprint: str
+    listing: list[tuple[str, int, int]]
+    pieces: list
+    format: Any
+    epoch: int
+    seed: int
+    shuffle: bool
+
+    @property
+    def rows(self) -> int | None:  # type: ignore[override]
+        counts = [p.num_rows for p in self.pieces]
+        return None if min(counts, default=0) < 0 else sum(counts)
+
+    @property
+    def nbytes(self) -> int:
+        return sum(piece_bytes(p) for p in self.pieces)
+
+    @property
+    def input_files(self) -> list[str]:
+        return [f"{self.root}/{r[0]}" for r in self.listing]

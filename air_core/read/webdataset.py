@@ -37,10 +37,10 @@ import numpy as np
 from ..cache import Cache
 from ..errors import EmptyVolumeError, RecordError
 from ..manifest import Manifest
-from ..row_plan import RowSlice, piece_bytes, unit_of
+from ..row_plan import RowSlice, unit_of
 from .files import CachedFile, Skipped, read_items
-from .reader import Part, TableReader, register
-from .row_groups import CountedUnits
+from .reader import TableReader, register
+from .row_groups import CountedPart, CountedUnits, localize
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -241,45 +241,13 @@ class WebDatasetReader(CountedUnits, TableReader):
 
     def part(self, pieces: Sequence[Piece], *, epoch: int, seed: int, shuffle: bool) -> WebDatasetPart:
         m = self.source.manifest
-        files = list(dict.fromkeys(unit_of(p).file for p in pieces))
-        position = {f: k for k, f in enumerate(files)}
-        local = [_renumbered(p, position[unit_of(p).file]) for p in pieces]
+        files, local = localize(pieces)
         return WebDatasetPart(m.root, self.source.local, m.fingerprint, m.rows(files), local, self.format(), epoch,
                               seed, shuffle)
 
 
-def _renumbered(piece: Piece, file: int) -> Piece:
-    if isinstance(piece, RowSlice):
-        return replace(piece, unit=replace(piece.unit, file=file))
-    return replace(piece, file=file)
-
-
-@dataclass(frozen=True)
-class WebDatasetPart(Part):
+class WebDatasetPart(CountedPart):
     """Tars to read elsewhere: their rows of the listing, the pieces numbered over them, and the columns."""
-
-    root: str
-    local_root: str
-    fingerprint: str
-    listing: list[tuple[str, int, int]]
-    pieces: list[Piece]
-    format: TarFormat
-    epoch: int
-    seed: int
-    shuffle: bool
-
-    @property
-    def rows(self) -> int | None:  # type: ignore[override]
-        counts = [p.num_rows for p in self.pieces]
-        return None if min(counts, default=0) < 0 else sum(counts)
-
-    @property
-    def nbytes(self) -> int:
-        return sum(piece_bytes(p) for p in self.pieces)
-
-    @property
-    def input_files(self) -> list[str]:
-        return [f"{self.root}/{r[0]}" for r in self.listing]
 
     def read(self, cache: Cache, *, fetch_threads: int = FETCH_THREADS, prefetch: int = TARS_AHEAD,
              prefetch_bytes: int = TARS_AHEAD_BYTES, on_error: str = "raise",
