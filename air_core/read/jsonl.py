@@ -57,8 +57,10 @@ class JsonFormat(Format):
         """What is wrong with one record, in the user's words; None: the parser's say."""
         try:
             record = json.loads(line)
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            return f"not a valid JSON object ({getattr(e, 'msg', e)})"
+        except json.JSONDecodeError as e:
+            return f"not a valid JSON object ({e.msg.removesuffix(' at')} at column {e.colno})"
+        except UnicodeDecodeError as e:
+            return f"not UTF-8 text ({e.reason} at column {e.start + 1})"
         if not isinstance(record, dict):
             return f"a JSON {type(record).__name__}, where each line must hold one object"
         names = self.schema.names

@@ -1,0 +1,28 @@
+"""notebooks/records.ipynb runs from top to bottom on the venv's python3 kernel."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+
+pytestmark = pytest.mark.slow  # a Jupyter kernel, DataLoader workers, Ray
+
+NOTEBOOK = Path(__file__).resolve().parent.parent / "notebooks" / "records.ipynb"
+
+
+def test_notebook_runs(tmp_path, monkeypatch):
+    monkeypatch.delenv("AIR_VOLUMES_ROOT", raising=False)
+    monkeypatch.delenv("AIR_CACHE_DIR", raising=False)
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    NotebookClient(nb, kernel_name="python3", timeout=300, resources={"metadata": {"path": str(tmp_path)}}).execute()
+    printed = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []))
+    assert "shards: 4 | rows per rank:" in printed and "each conversation once: True" in printed
+    assert "100 batches, 6300 conversations" in printed
+    assert "part.jsonl, line 2 (byte offset 26): not a valid JSON object" in printed and "[1, 3]" in printed
+    assert "'png': Image(" in printed and "Ray rows: 6300" in printed
+    assert "every conversation once: True\n" in printed.rsplit("delivered before", 1)[1]
+    outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])]
+    assert sum("image/png" in o.get("data", {}) for o in outputs) == 1  # the grid of decoded shapes
