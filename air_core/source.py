@@ -140,10 +140,11 @@ def resolve_source(
             partition columns; see `air_core.delta.in_place`).
         mode: "auto": a format's when every file has its extensions
             ("parquet": `.parquet`; "json": `.jsonl`, `.ndjson`; "csv":
-            `.csv`, `.tsv`; the line formats also compressed, `.gz`, `.zst`),
-            "files" when no file has a format's, an error for a mix. Or
-            "files", "parquet", "pack", "json" (JSON Lines, `.json` too),
-            "csv" or "text" (a row per line of any file). A pack (see
+            `.csv`, `.tsv`; the line formats also compressed, `.gz`, `.zst`;
+            "webdataset": `.tar`), "files" when no file has a format's, an
+            error for a mix. Or "files", "parquet", "pack", "json" (JSON
+            Lines, `.json` too), "csv", "text" (a row per line of any file)
+            or "webdataset" (a row per sample of each tar). A pack (see
             `air_core.pack`) reads as "pack" in modes "auto", "files" and
             "pack": a row per packed file; mode="parquet" reads its shards' rows.
         include: glob(s) of files to keep, relative to `path` (`*` crosses `/`).
