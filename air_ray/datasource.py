@@ -41,6 +41,7 @@ from air_core import (
 from air_core import options as check
 from air_core.read import TableReader
 
+from . import owners as owners_mod
 from . import placement, task_plan
 from .task_read import TaskSource, bytes_type, files_read_fn, files_schema, table_read_fn
 
@@ -187,6 +188,7 @@ class UCVolumeDatasource(Datasource):
         self._tasks = TaskSource(cache_dir=cache_dir and os.path.abspath(cache_dir), cache_limit=cache_limit,
                                  verify=verify, fetch=fetch)
         self._placed: np.ndarray | None = None  # by bucket: whether this copy reads it (see `by_node`)
+        self._node: str | None = None  # the node a copy made by `by_node` reads on
         self._bucket: np.ndarray | None = None  # by piece key: its bucket, once a copy is placed
         self._estimate = self._check_share()
 
@@ -234,28 +236,36 @@ class UCVolumeDatasource(Datasource):
         context = data_context or DataContext.get_current()
         block_bytes = context.target_max_block_size or DEFAULT_BLOCK_BYTES
         reader = self._source.reader
-        pieces = self._share(epoch)
-        parts = task_plan.task_count(len(pieces), parallelism, min_per_task=reader.pieces_per_task)
+        keys, pieces = self._share(epoch)
         columns = self._get_data_columns() if self._tables else None
         if columns == []:  # a count: Ray joins blocks without columns into none of their rows, so keep one
             columns = reader.schema().names[:1]
         schema = self.schema()
+        weights = reader.weights(pieces)
+        nodes, by_owner = self._owners(keys)
+        owners = owners_mod.readers([n for n in by_owner if n is not None]) if nodes else {}
         tasks = []
-        for group in task_plan.groups(reader.weights(pieces), parts):
-            part = reader.part([pieces[k] for k in group], epoch=epoch, seed=self._seed or 0,
-                               shuffle=self._seed is not None)
-            if self._tables:
-                read_fn = table_read_fn(self._tasks, part, columns=columns, include_paths=self._include_paths and (
-                    columns is None or "path" in columns))
-                size = part.nbytes
-            else:
-                read_fn = files_read_fn(self._tasks, part, include_paths=self._include_paths,
-                                        contents_type=self._contents_type, max_block_bytes=block_bytes,
-                                        max_block_rows=per_task_row_limit, keep_count=self._equalize != "none")
-                size = self._row_bytes(self._source.manifest, part.files)
-                size += part.nbytes if self._contents_type is not None else 0
-            meta = BlockMetadata(num_rows=part.rows, size_bytes=size, input_files=part.input_files, exec_stats=None)
-            tasks.append(ReadTask(read_fn, meta, schema=schema, per_task_row_limit=per_task_row_limit))
+        for node, members in by_owner.items():
+            share = parallelism if node is None else parallelism * nodes[node] / sum(nodes.values())
+            parts = task_plan.task_count(len(members), max(1, round(share)), min_per_task=reader.pieces_per_task)
+            for group in task_plan.groups([weights[k] for k in members], parts):
+                part = reader.part([pieces[members[k]] for k in group], epoch=epoch, seed=self._seed or 0,
+                                   shuffle=self._seed is not None)
+                if self._tables:
+                    read_fn = table_read_fn(self._tasks, part, columns=columns, include_paths=self._include_paths
+                                            and (columns is None or "path" in columns))
+                    size = part.nbytes
+                else:
+                    read_fn = files_read_fn(self._tasks, part, include_paths=self._include_paths,
+                                            contents_type=self._contents_type, max_block_bytes=block_bytes,
+                                            max_block_rows=per_task_row_limit, keep_count=self._equalize != "none")
+                    size = self._row_bytes(self._source.manifest, part.files)
+                    size += part.nbytes if self._contents_type is not None else 0
+                if node is not None:
+                    read_fn = owners_mod.owned(read_fn, node, owners[node])
+                meta = BlockMetadata(num_rows=part.rows, size_bytes=size, input_files=part.input_files,
+                                     exec_stats=None)
+                tasks.append(ReadTask(read_fn, meta, schema=schema, per_task_row_limit=per_task_row_limit))
         return tasks
 
     def by_node(self, nodes: Mapping[str, float]) -> dict[str, UCVolumeDatasource]:
@@ -274,7 +284,7 @@ class UCVolumeDatasource(Datasource):
         parts = {}
         for node in dict.fromkeys(owner.tolist()):
             part = copy.copy(self)
-            part._placed, part._bucket = owner == node, bucket
+            part._placed, part._bucket, part._node = owner == node, bucket, node
             part._estimate = part._check_share()
             parts[node] = part
         return parts
@@ -292,20 +302,42 @@ class UCVolumeDatasource(Datasource):
         bucket = placement.buckets(weights, count)
         return np.bincount(bucket, weights=weights, minlength=count).astype(np.int64).tolist(), bucket
 
-    def _share(self, epoch: int) -> list:
-        """The pieces this copy reads in `epoch`, in read order: this rank's, less other nodes' buckets."""
+    def _share(self, epoch: int) -> tuple[np.ndarray, list]:
+        """(key, piece) of the pieces this copy reads in `epoch`, in read order: this rank's, less other nodes'
+        buckets."""
         keys, pieces = self._source.reader.share(self._rank, self._world_size, epoch=epoch, seed=self._seed or 0,
                                                  shuffle=self._seed is not None, equalize=self._equalize)
         if self._placed is None:
-            return pieces
+            return keys, pieces
         if self._bucket is None:
             self._bucket = self._buckets()[1]
-        return [p for p, keep in zip(pieces, self._placed[self._bucket[keys]].tolist()) if keep]
+        keep = self._placed[self._bucket[keys]]
+        return keys[keep], [p for p, k in zip(pieces, keep.tolist()) if k]
+
+    def _owners(self, keys: np.ndarray) -> tuple[dict[str, float], dict[str | None, list[int]]]:
+        """(the nodes that read, node id -> CPUs; the positions of `keys` each node owns).
+
+        One node, or none known (Ray not started here): every piece is read
+        where its task runs (None). A copy from `by_node`: its node owns all.
+        Else each piece's bucket is placed as `by_node` places it.
+        """
+        nodes = {n: cpus for n, cpus in _cluster_nodes().items() if cpus > 0}
+        every = list(range(len(keys)))
+        if self._node is not None:
+            return ({self._node: nodes.get(self._node, 1.0)}, {self._node: every}) if nodes else ({}, {None: every})
+        if len(nodes) < 2:
+            return {}, {None: every}
+        weights, bucket = self._buckets()
+        owner = placement.place(weights, nodes)
+        out: dict[str | None, list[int]] = {}
+        for k, b in enumerate(bucket[keys].tolist()):
+            out.setdefault(owner[b], []).append(k)
+        return nodes, out
 
     def _check_share(self) -> tuple[int, int]:
         """Raise on the driver if this copy would read nothing; return its in-memory size (rows, contents)."""
         reader, manifest = self._source.reader, self._source.manifest
-        pieces = self._share(0)
+        pieces = self._share(0)[1]
         if not pieces:
             raise OptionError(
                 f"rank {self._rank} of {self._world_size} gets no {reader.counts} of {self._source.given}: "

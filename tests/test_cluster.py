@@ -106,6 +106,31 @@ def test_three_node_ray_cluster_reads_each_file_on_its_node_and_rows_are_valid_a
     assert sum(out["share"]) == 600 and all(abs(s - 300) <= 600 / out["buckets"] + 1 for s in out["share"])
 
 
+@needs_unshare
+def test_read_datasource_on_a_cluster_keeps_each_nodes_share_in_its_cache(volume, netvol_so, tmp_path):
+    pytest.importorskip("ray")
+    volume.files("d", 600, size=lambda i: 20_000)
+    trace = tmp_path / "trace"
+    env = {**os.environ, **netvol_env(volume, netvol_so, trace),
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    proc = subprocess.run([sys.executable, str(SCRIPTS / "ray_cluster.py"), volume.path("d"), str(tmp_path),
+                           "driver,actor,split,join,leave", "read_datasource"], env=env, capture_output=True,
+                          text=True, timeout=400)
+    assert proc.returncode == 0, proc.stderr[-6000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    driver, actor, split, join, leave = out["executions"]
+    assert driver["volume_opens"] == 600 and actor["volume_opens"] == split["volume_opens"] == 0
+    for e in out["executions"]:  # every row once, valid where it is consumed
+        assert e["rows"] == e["distinct"] == 600 and e["bad_bytes"] == e["bad_local_path"] == 0
+    # Each worker node cached its own share, as read_uc_volume places it, whichever node ran the tasks.
+    assert out["cached"] == out["share"] and out["cached_outside_share"] == [0, 0] == out["share_not_cached"]
+    # A node that joins takes about its share from the others (what it does not find in its cache is read
+    # once: the consumers' checks cached some rows' files where they ran); when it leaves, that share goes
+    # back to the nodes that cached it before, and nothing else moves.
+    assert 0 < join["volume_opens"] <= join["moved"] <= 600 / 3 + 600 / out["buckets"] * 10
+    assert leave["moved"] == join["moved"] and leave["volume_opens"] == 0
+
+
 # -- torchrun ----------------------------------------------------------------------------------------
 
 

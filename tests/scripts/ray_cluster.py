@@ -1,6 +1,6 @@
 """A head and two worker nodes, each worker with its own "local disk", reading one volume folder.
 
-Usage: ray_cluster.py VOLUME_PATH WORKDIR CONSUMERS   (as root, netvol preloaded, NETVOL_TRACE set)
+Usage: ray_cluster.py VOLUME_PATH WORKDIR CONSUMERS [ENTRY]   (as root, netvol preloaded, NETVOL_TRACE set)
 
 Every node sees the same path WORKDIR/local, and AIR_CACHE_DIR points under
 it; each worker node's raylet runs in its own mount namespace where that path
@@ -11,7 +11,9 @@ Dataset, consumed on the driver, in an actor pinned to a worker node, or
 through `streaming_split(2, equal=True)` into one actor per worker node (what
 Ray Train does); "join" and "leave" add a worker node or remove the last
 one, make the Dataset again and consume it on the driver (place them last:
-the other consumers stay on the first two nodes). Consumers first take every
+the other consumers stay on the first two nodes). ENTRY: how the Dataset is
+made, "read_uc_volume" (default) or "read_datasource"
+(`ray.data.read_datasource(UCVolumeDatasource(path))`). Consumers first take every
 row, then (after the volume opens are counted) check it on their own node:
 `bytes` against the volume, the row's own `local_path`, and
 `air_ray.local_path(row)`. Prints one JSON line: figures per execution, and
@@ -32,6 +34,7 @@ import air_ray
 from air_core import volume
 
 VOLUME_PATH, WORKDIR, CONSUMERS = sys.argv[1], sys.argv[2], sys.argv[3].split(",")
+ENTRY = sys.argv[4] if len(sys.argv) > 4 else "read_uc_volume"
 LOCAL = os.path.join(WORKDIR, "local")
 os.environ["AIR_CACHE_DIR"] = os.path.join(LOCAL, "cache")
 _start = services.start_ray_process
@@ -110,10 +113,19 @@ def main() -> None:
     ids = [w.node_id for w in workers]
     pinned = [NodeAffinitySchedulingStrategy(n, soft=False) for n in ids]
 
-    ds = air_ray.read_uc_volume(VOLUME_PATH)
-    parts = air_ray.UCVolumeDatasource(VOLUME_PATH).by_node({n: 1.0 for n in ids})
-    shares = {n: sorted(p.rsplit("/", 1)[1] for t in parts[n].get_read_tasks(1) for p in t.metadata.input_files)
-              for n in ids}
+    def make():
+        if ENTRY == "read_datasource":
+            return ray.data.read_datasource(air_ray.UCVolumeDatasource(VOLUME_PATH))
+        return air_ray.read_uc_volume(VOLUME_PATH)
+
+    def shares_of(nodes):
+        parts = air_ray.UCVolumeDatasource(VOLUME_PATH).by_node({n: 1.0 for n in nodes})
+        return {n: sorted(p.rsplit("/", 1)[1] for t in parts[n].get_read_tasks(1) for p in t.metadata.input_files)
+                for n in parts}, parts
+
+    ds = make()
+    shares, parts = shares_of(ids)
+    initial = shares
     driver = Consumer()
     actor = RemoteConsumer.options(scheduling_strategy=pinned[1]).remote()
     splitters = [RemoteConsumer.options(scheduling_strategy=s).remote() for s in pinned]
@@ -129,7 +141,7 @@ def main() -> None:
             else:
                 cluster.remove_node(workers.pop())
             cluster.wait_for_nodes()
-            ds = air_ray.read_uc_volume(VOLUME_PATH)
+            ds = make()
             before = opens()
             driver.take(ds.iter_rows())
             consumers = [driver]
@@ -147,13 +159,18 @@ def main() -> None:
         paths = [p for c in checks for p in c.pop("paths")]
         executions.append({"consumer": how, "volume_opens": read, "rows": len(paths), "distinct": len(set(paths)),
                            **{k: sum(c[k] for c in checks) for k in checks[0] if k != "rows"}})
+        if how in ("join", "leave"):  # what moved: the files whose node changed
+            now, _ = shares_of([w.node_id for w in workers])
+            was = {f: n for n, files in shares.items() for f in files}
+            executions[-1]["moved"] = sum(was.get(f) != n for n, files in now.items() for f in files)
+            shares = now
         print(json.dumps(executions[-1]), file=sys.stderr)
     print(json.dumps({
         "executions": executions,
-        "share": [len(shares[n]) for n in ids],
+        "share": [len(initial[n]) for n in ids],
         "cached": [len(caches[n]) for n in ids],
-        "cached_outside_share": [len(set(caches[n]) - set(shares[n])) for n in ids],
-        "share_not_cached": [len(set(shares[n]) - set(caches[n])) for n in ids],
+        "cached_outside_share": [len(set(caches[n]) - set(initial[n])) for n in ids],
+        "share_not_cached": [len(set(initial[n]) - set(caches[n])) for n in ids],
         "buckets": len(parts[ids[0]]._placed),
     }))
     ray.shutdown()
