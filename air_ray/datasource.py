@@ -57,10 +57,11 @@ class UCVolumeDatasource(Datasource):
     Use with `ray.data.read_datasource(UCVolumeDatasource(path, ...))`, or
     call `read_uc_volume(path, ...)`, which also picks a number of blocks
     suited to fetch-bound reads and, on a cluster of several nodes, reads
-    each node's part (`by_node`) on that node, so that node caches keep
-    serving later executions: one read operator can only place all its
-    tasks alike, so a plain `read_datasource` lets Ray run a file's task on
-    any node.
+    each node's part (`by_node`) on that node. Either way, on several nodes
+    each part is read on the node that owns its bucket, so node caches keep
+    serving later executions: a task that Ray runs elsewhere (one read
+    operator places all its tasks alike) has the owner's `NodeReader` read
+    it and passes its blocks on (see `air_ray.owners`).
 
     Files mode gives one row per file: `path` (the volume path), `local_path`
     (the copy in the cache of the node that ran the read task), `size`, and
