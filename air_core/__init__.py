@@ -4,7 +4,7 @@
 node-local disk on first access, partitioned over (rank x DataLoader worker);
 `RowStream` streams the rows of a table there (Parquet, JSON Lines, CSV, text).
 `resolve_source` is how every front door turns what a user gives into what
-it reads. The names here are the core's public API; `air_core.tabular`
+it reads. The names here are the core's public API; `air_core.read.parquet_io`
 (Parquet row groups, needs pyarrow) and `air_core.torch` are public modules.
 `export_delta` exports a Delta table to Parquet on a volume (`air_core.delta`;
 loaded on first use, with the `delta` extra). `pack` packs a folder of small
@@ -12,24 +12,18 @@ files into Parquet shards that every front door reads as the loose files
 (`air_core.pack`, which loads pyarrow when it runs).
 """
 
-from .cache import Cache, CacheStats, default_dir, entry_path_length
+from .io.cache import Cache, CacheStats, default_dir, entry_path_length
 from .dist import detect_rank, detect_worker, freeze_inherited
-from .errors import (
-    AirError, EmptyVolumeError, FetchError, ManifestMismatchError, OptionError, ParquetError, StateError,
-    VolumePathError,
-)
+from .errors import AirError, EmptyVolumeError, FetchError, ManifestMismatchError, OptionError, ParquetError, StateError, VolumePathError
 from .grid import Grid
-from .listing import list_folder
+from .io.listing import list_folder
 from .manifest import Manifest
-from .plan import BALANCES, EQUALIZES, Balance, Equalize, epoch_order, rank_share, rank_shares, snake
-from .resume import run_state
-from .pack import PackResult, pack
-from .row_plan import RowGroup, RowSlice, split_rows, unit_of
+from .planning.shares import BALANCES, EQUALIZES, Balance, Equalize, epoch_order, rank_share, rank_shares, snake
+from .planning.resume import run_state
+from .packs.write import PackResult, pack
+from .planning.rows import RowGroup, RowSlice, split_rows, unit_of
 from .source import MODES, Mode, Source, check_columns, resolve_source
-from .read import (
-    DEFAULT_FETCH_THREADS, DEFAULT_PREFETCH, DEFAULT_PREFETCH_BYTES, ON_ERRORS, CachedFile, OnError, Skipped,
-    default_fetch_threads, read_items, without_skips,
-)
+from .read import DEFAULT_FETCH_THREADS, DEFAULT_PREFETCH, DEFAULT_PREFETCH_BYTES, ON_ERRORS, CachedFile, OnError, Skipped, default_fetch_threads, read_items, without_skips
 from .row_stream import RowStream
 from .stream import FileStream
 

@@ -1,6 +1,6 @@
 """A sorted, fingerprinted listing of a volume folder, in flat arrays: what every rank plans from.
 
-A listing (`air_core.listing` makes one) can hold 10^7 files, and every rank
+A listing (`air_core.io.listing` makes one) can hold 10^7 files, and every rank
 and DataLoader worker of a node plans from it, so it is not a list of Python
 objects: paths are one UTF-8 blob with offsets, sizes and mtimes are int64
 arrays. Saved to a file, it is
@@ -22,7 +22,7 @@ from typing import Iterable, Iterator, Sequence
 import numpy as np
 
 from .errors import ManifestMismatchError
-from .plan import largest_first
+from .planning.shares import largest_first
 
 _MAGIC = b"AIRLIST2"
 _ALIGN = 64

@@ -12,13 +12,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
-from . import dist, options, resume
-from . import plan as plan_mod
-from .cache import Cache
+from . import dist, options
+from .planning import resume
+from .planning import shares as plan_mod
+from .io.cache import Cache
 from .errors import OptionError, StateError
 from .grid import Grid
 from .read import ON_ERRORS, OnError, TableReader, default_fetch_threads
-from .row_runs import Run, deal_bytes, deal_rows, remainder
+from .planning.runs import Run, deal_bytes, deal_rows, remainder
 from .source import check_columns, resolve_source
 
 if TYPE_CHECKING:

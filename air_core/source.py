@@ -25,10 +25,11 @@ from typing import Any, Callable, Literal, Sequence, TypeVar
 
 import numpy as np
 
-from . import dist, options, pack_store, volume
-from .cache import Cache
+from . import dist, options, volume
+from .packs import store as pack_store
+from .io.cache import Cache
 from .errors import ManifestMismatchError, OptionError
-from .listing import list_folder
+from .io.listing import list_folder
 from .manifest import Manifest
 from .read import READERS, Reader
 
@@ -239,7 +240,7 @@ def _pack_source(folder: str, given: str, include: Globs, exclude: Globs, file_e
     if include is not None or exclude is not None or file_extensions is not None:
         raise OptionError(f"{folder} is a pack, read whole: choose the files when packing "
                           "(air-data pack --include/--exclude), or read the loose folder")
-    from . import pack_read
+    from .packs import read as pack_read
 
     generation = pack_store.load_generation(folder)
     manifest = dist.list_once(lambda: pack_read.index(generation, cache_dir), _listings(cache_dir))

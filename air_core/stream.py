@@ -10,16 +10,14 @@ from __future__ import annotations
 
 from typing import Iterator, Sequence
 
-from . import dist, options, resume
-from . import plan as plan_mod
-from .cache import Cache
+from . import dist, options
+from .planning import resume
+from .planning import shares as plan_mod
+from .io.cache import Cache
 from .errors import StateError
 from .grid import Grid
 from .manifest import Manifest
-from .read import (
-    DEFAULT_PREFETCH, DEFAULT_PREFETCH_BYTES, ON_ERRORS, CachedFile, OnError, Skipped, default_fetch_threads,
-    without_skips,
-)
+from .read import DEFAULT_PREFETCH, DEFAULT_PREFETCH_BYTES, ON_ERRORS, CachedFile, OnError, Skipped, default_fetch_threads, without_skips
 from .source import resolve_source
 
 
@@ -42,7 +40,7 @@ class FileStream:
             largest share) or "drop" (cut every share to the smallest).
         rank, world_size: this process's place; detected when not given.
         worker, num_workers: the DataLoader worker; detected when not given.
-        cache_dir: the node cache folder (default: `air_core.cache.default_dir()`).
+        cache_dir: the node cache folder (default: `air_core.io.cache.default_dir()`).
         cache_limit: cap on the cache's bytes; None for no cap.
         verify: hash each cached copy against the checksum recorded when it
             was copied, on every hit, and fetch again one that differs
@@ -206,7 +204,7 @@ class FileStream:
 
         Takes either one stream's `state_dict()` (resume on the same grid), or a
         whole run's state, `air_core.run_state([every stream's state_dict()])`,
-        which resumes on any grid (see `air_core.resume` for who reads the rest).
+        which resumes on any grid (see `air_core.planning.resume` for who reads the rest).
         """
         if not isinstance(state, dict) or "epoch" not in state or "fingerprint" not in state:
             raise StateError(f"not a FileStream state: {state!r:.200}")

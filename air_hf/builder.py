@@ -22,10 +22,7 @@ from typing import Iterator, Union
 import datasets
 import pyarrow as pa
 
-from air_core import (
-    EQUALIZES, MODES, ON_ERRORS, Cache, OptionError, Source, check_columns, default_fetch_threads, detect_rank,
-    freeze_inherited, resolve_source, volume, without_skips,
-)
+from air_core import EQUALIZES, MODES, ON_ERRORS, Cache, OptionError, Source, check_columns, default_fetch_threads, detect_rank, freeze_inherited, resolve_source, volume, without_skips
 from air_core import options as check
 from air_core.read import TableReader
 

@@ -21,7 +21,7 @@ from air_core import AirError, OptionError
 
 NAME = "uc-volume"
 MODULE = "air_hf.builder"
-ROW_MODULES = ("air_hf.rows", "air_hf.shards", "air_hf.split_layout", "air_core.row_plan", "air_core.tabular")
+ROW_MODULES = ("air_hf.rows", "air_hf.shards", "air_hf.split_layout", "air_core.planning.rows", "air_core.read.parquet_io")
 SUPPORTED = "datasets>=4.0,<6"
 
 

@@ -34,10 +34,7 @@ from ray.data.datasource import Datasource, ReadTask
 from ray.util.annotations import RayDeprecationWarning
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from air_core import (
-    DEFAULT_FETCH_THREADS, EQUALIZES, ON_ERRORS, Equalize, Grid, Manifest, Mode, OnError, OptionError,
-    check_columns, default_dir, detect_rank, entry_path_length, resolve_source,
-)
+from air_core import DEFAULT_FETCH_THREADS, EQUALIZES, ON_ERRORS, Equalize, Grid, Manifest, Mode, OnError, OptionError, check_columns, default_dir, detect_rank, entry_path_length, resolve_source
 from air_core import options as check
 from air_core.read import TableReader
 
@@ -319,15 +316,16 @@ class UCVolumeDatasource(Datasource):
         """(the nodes that read, node id -> CPUs; the positions of `keys` each node owns).
 
         One node, or none known (Ray not started here): every piece is read
-        where its task runs (None). A copy from `by_node`: its node owns all.
-        Else each piece's bucket is placed as `by_node` places it.
+        where its task runs (None). A copy from `by_node`: its node owns all,
+        while it is alive. Else each piece's bucket is placed as `by_node`
+        places it.
         """
         nodes = {n: cpus for n, cpus in _cluster_nodes().items() if cpus > 0}
         every = list(range(len(keys)))
-        if self._node is not None:
-            return ({self._node: nodes.get(self._node, 1.0)}, {self._node: every}) if nodes else ({}, {None: every})
-        if len(nodes) < 2:
+        if len(nodes) < 2 or (self._node is not None and self._node not in nodes):
             return {}, {None: every}
+        if self._node is not None:
+            return nodes, {self._node: every}
         weights, bucket = self._buckets()
         owner = placement.place(weights, nodes)
         out: dict[str | None, list[int]] = {}

@@ -82,7 +82,7 @@ print(json.dumps(out))
 PLAN_1M = r"""
 import json, random, time
 from air_core.grid import Grid
-from air_core.plan import plan
+from air_core.planning.shares import plan
 sizes = [random.Random(i).randint(1, 1 << 22) for i in range(1_000_000)]
 t = time.perf_counter()
 items = plan(sizes, Grid(5, 8, 3, 6), shuffle=True, seed=1, epoch=3, equalize="pad")

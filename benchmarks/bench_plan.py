@@ -27,8 +27,8 @@ def measure(n: int, as_list: bool) -> dict:
     import numpy as np
 
     from air_core import Grid
-    from air_core.plan import plan
-    from air_core.resume import VERSION, delivered, plan as resume_plan, run_state
+    from air_core.planning.shares import plan
+    from air_core.planning.resume import VERSION, delivered, plan as resume_plan, run_state
 
     sizes = np.random.default_rng(0).lognormal(np.log(150_000), 1.0, n).astype(np.int64) + 1
     if as_list:

@@ -171,7 +171,7 @@ def test_a_large_file_arrives_whole_through_concurrent_ranges(volume, netvol_so,
 
 
 def test_a_range_entry_holds_those_bytes_and_is_kept_counted_and_cleared_like_a_file(volume, monkeypatch):
-    from air_core import cache as cache_mod
+    from air_core.io import cache as cache_mod
 
     data = os.urandom(20_000)
     src = volume.write("d/shard.parquet", data)
@@ -195,7 +195,7 @@ def test_a_range_entry_holds_those_bytes_and_is_kept_counted_and_cleared_like_a_
 
 
 def test_a_failed_range_copy_leaves_nothing_to_serve(volume, monkeypatch):
-    from air_core import cache as cache_mod
+    from air_core.io import cache as cache_mod
 
     data = os.urandom(20_000)
     src = volume.write("d/shard.parquet", data)
@@ -254,7 +254,7 @@ def test_a_cut_range_entry_is_fetched_again(volume):
 
 
 def test_verify_fetches_again_a_copy_whose_bytes_changed_under_the_same_length(volume, monkeypatch):
-    from air_core import cache as cache_mod
+    from air_core.io import cache as cache_mod
 
     monkeypatch.setattr(cache_mod, "_RANGE", 1000)  # the large file is copied in ranges, each hashed apart
     monkeypatch.setattr(cache_mod, "_RANGE_FROM", 2000)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from air_core.stage import stage
+from air_core.io.stage import stage
 from conftest import wait_for
 
 AIR_DATA = [sys.executable, "-m", "air_core.cli"]

@@ -21,11 +21,11 @@ import pytest
 from deltalake import DeltaTable, TableFeatures, write_deltalake
 
 from air_core import volume as volume_mod
-from air_core.cli_delta import add_export_delta_command
+from air_core.cli.delta import add_export_delta_command
 from air_core.delta import TableError, current_export, export_delta, publication, sizing
 from air_core.delta.publication import EXPORTS, POINTER
 from air_core.errors import EmptyVolumeError, OptionError, VolumePathError
-from air_core.listing import list_folder
+from air_core.io.listing import list_folder
 from conftest import wait_for
 
 EXPORT = Path(__file__).parent / "scripts" / "delta_export.py"

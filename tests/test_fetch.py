@@ -1,4 +1,4 @@
-"""air_core.fetch: the ordered, bounded thread pool every read goes through."""
+"""air_core.io.fetch: the ordered, bounded thread pool every read goes through."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import weakref
 
 import pytest
 
-from air_core.fetch import ordered_map
+from air_core.io.fetch import ordered_map
 
 
 class Probe:
@@ -107,7 +107,7 @@ def test_a_result_the_consumer_dropped_is_freed_while_the_pass_goes_on():
 
 
 def test_the_deadline_is_a_multiple_of_the_recent_p95_with_a_floor():
-    from air_core.fetch import Deadline
+    from air_core.io.fetch import Deadline
 
     d = Deadline(factor=4, floor=0.25)
     assert d.seconds is None  # no peer yet: nothing is slow

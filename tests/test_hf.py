@@ -21,7 +21,7 @@ from torchdata.stateful_dataloader import StatefulDataLoader
 
 import air_hf
 from air_core.errors import AirError, EmptyVolumeError, OptionError, VolumePathError
-from air_core.tabular import ParquetError
+from air_core.read.parquet_io import ParquetError
 
 
 @pytest.fixture
@@ -419,7 +419,7 @@ def test_a_mixed_folder_reads_as_files_when_asked(volume, hf_cache):
 
 
 def test_demo_section(volume, capsys):
-    from air_core.demo import DEMO_VOLUME, build_volume
+    from air_core.cli.demo import DEMO_VOLUME, build_volume
 
     from air_hf.demo import run
 

@@ -55,7 +55,7 @@ def unreadable(monkeypatch):
     """Every copy of a file whose path ends with BAD fails with EIO (retries without waiting)."""
     import errno
 
-    from air_core import cache as cache_mod, fetch
+    from air_core.io import cache as cache_mod, fetch
 
     real = cache_mod.copy_into
 

@@ -14,10 +14,10 @@ import pytest
 
 from air_core import EmptyVolumeError, FileStream, OptionError, VolumePathError, pack, resolve_source, run_state
 from air_core.grid import Grid
-from air_core.pack_layout import cuts
+from air_core.packs.layout import cuts
 from air_core.sizes import parse_size
-from air_core.pack_plan import plan as pack_plan
-from air_core.pack_store import GENERATIONS, POINTER, pack_folder
+from air_core.packs.plan import plan as pack_plan
+from air_core.packs.store import GENERATIONS, POINTER, pack_folder
 from conftest import wait_for
 from test_cache import opens, slow_env
 
@@ -133,8 +133,8 @@ def test_offsets_come_from_the_page_headers_for_any_page_layout(tmp_path, page):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from air_core.pack import _WRITER_OPTIONS, _schema
-    from air_core.parquet_pages import value_offsets
+    from air_core.packs.write import _WRITER_OPTIONS, _schema
+    from air_core.packs.pages import value_offsets
 
     contents = [os.urandom(n) for n in ODD_SIZES]
     schema = _schema(True, pa.binary())
@@ -174,7 +174,7 @@ def test_packed_files_of_any_size_are_read_from_their_offsets(volume):
 
 def test_files_are_read_into_their_row_groups_buffer_and_a_late_spare_read_reads_nothing(volume):
     from air_core import FetchError
-    from air_core.pack import _Buffers, _read_into
+    from air_core.packs.write import _Buffers, _read_into
 
     buffers = _Buffers([6, 0, 5, 6, 6, 4])
 
@@ -250,7 +250,7 @@ def span_entries(cache_dir: Path) -> dict[str, int]:
 
 def test_each_node_fetches_only_its_ranks_row_groups_and_serves_the_next_epoch_itself(volume, tmp_path):
     from air_core import Cache
-    from air_core.pack_read import offsets, placement
+    from air_core.packs.read import offsets, placement
 
     loose = loose_files(volume)
     pack(volume.path("d"), volume.path("packed"), shard_size=SHARD, row_group_size=SHARD // 4)
@@ -396,7 +396,7 @@ def test_a_pack_killed_at_any_point_resumes_where_it_stopped(volume, kill_at):
 def test_a_file_that_stays_unreadable_fails_the_pack_and_leaves_no_partial_shard(volume, monkeypatch):
     from air_core import FetchError
 
-    pack_module = sys.modules["air_core.pack"]
+    pack_module = sys.modules["air_core.packs.write"]
     loose = loose_files(volume)
     read_into = pack_module._read_into
 
@@ -509,7 +509,7 @@ def test_hf_reads_a_pack_as_the_loose_files(volume, streaming):
 def test_hf_decodes_packed_images_and_text(volume):
     datasets = pytest.importorskip("datasets")
     import air_hf  # noqa: F401
-    from air_core.demo import build_volume
+    from air_core.cli.demo import build_volume
 
     build_volume(str(volume.root), images=12, texts=6)
     pack("/Volumes/demo/ml/raw/images", "/Volumes/demo/ml/raw/packs/images")

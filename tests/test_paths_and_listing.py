@@ -5,7 +5,8 @@ import os
 import pytest
 from hypothesis import given, strategies as st
 
-from air_core import AirError, EmptyVolumeError, FileStream, Manifest, VolumePathError, list_folder, listing
+from air_core import AirError, EmptyVolumeError, FileStream, Manifest, VolumePathError, list_folder
+from air_core.io import listing
 from air_core.volume import parse
 
 

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from air_core import Grid, OptionError
-from air_core.plan import epoch_order, largest_first, plan, rank_share, rank_shares, snake, worker_share
+from air_core.planning.shares import epoch_order, largest_first, plan, rank_share, rank_shares, snake, worker_share
 
 CASES = [(world, workers) for world in range(1, 9) for workers in range(1, 7)]
 
@@ -255,7 +255,7 @@ def test_the_shuffle_is_a_seeded_permutation_fixed_by_its_seed():
 
 @pytest.mark.parametrize("chunk", [1, 5, 64, 1 << 20])
 def test_a_ranks_shuffle_keys_drawn_in_chunks_are_the_epochs_keys(monkeypatch, chunk):
-    import air_core.plan as plan_mod
+    import air_core.planning.shares as plan_mod
 
     monkeypatch.setattr(plan_mod, "_KEY_CHUNK", chunk)
     rng = np.random.default_rng(chunk)

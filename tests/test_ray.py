@@ -19,7 +19,7 @@ from ray import cloudpickle  # noqa: E402
 from ray.data import DataContext, FileShuffleConfig  # noqa: E402
 
 from air_core.errors import EmptyVolumeError, OptionError, VolumePathError  # noqa: E402
-from air_core.tabular import ParquetError  # noqa: E402
+from air_core.read.parquet_io import ParquetError  # noqa: E402
 import air_core.source  # noqa: E402
 import air_ray  # noqa: E402
 from air_ray import UCVolumeDatasource, placement, read_uc_volume, task_plan  # noqa: E402

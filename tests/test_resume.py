@@ -1,4 +1,4 @@
-"""Resume planning (air_core.resume): exactly once across chained resumes, and each rank keeps its own files;
+"""Resume planning (air_core.planning.resume): exactly once across chained resumes, and each rank keeps its own files;
 and the same resumes as the pure-Python planner it replaced, item for item."""
 
 import random
@@ -9,8 +9,8 @@ from hypothesis import given, settings, strategies as st
 from test_plan import OPTS, old_rank_shares, old_worker_share, outcome
 
 from air_core import Grid, OptionError, StateError
-from air_core.plan import plan, rank_shares
-from air_core.resume import VERSION, check_version, delivered, plan as resume_plan, upgrade
+from air_core.planning.shares import plan, rank_shares
+from air_core.planning.resume import VERSION, check_version, delivered, plan as resume_plan, upgrade
 
 
 def stop(sizes, run, world_size, num_workers, consumed, opts):

@@ -173,7 +173,7 @@ def test_parquet_sources_read_their_footers_once_per_process(volume, monkeypatch
     write_parquet(volume, "t/b.parquet", range(5, 9))
     source = resolve_source(volume.path("t"))
     assert source.mode == "parquet" and sum(u.num_rows for u in source.reader.units()) == 9
-    monkeypatch.setattr(air_core.tabular, "parquet_units", lambda *a, **k: pytest.fail("footers read again"))
+    monkeypatch.setattr(air_core.read.parquet_io, "parquet_units", lambda *a, **k: pytest.fail("footers read again"))
     assert source.reader.schema().names == ["id", "x"] and len(source.reader.units()) == 2
 
 

@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from air_core import Cache, cache as cache_mod
+from air_core import Cache
+from air_core.io import cache as cache_mod
 from test_cache import opens, slow_env
 
 READ_ALL = r"""

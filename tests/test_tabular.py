@@ -1,4 +1,4 @@
-"""Parquet units read through the node cache (air_core.tabular)."""
+"""Parquet units read through the node cache (air_core.read.parquet_io)."""
 
 import os
 import tracemalloc
@@ -8,7 +8,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from air_core import Cache, list_folder
-from air_core.tabular import ParquetError, parquet_units, read_units
+from air_core.read.parquet_io import ParquetError, parquet_units, read_units
 
 
 def test_files_streamed_past_a_full_cache_leave_memory_once_their_row_groups_are_read(volume, tmp_path):
@@ -53,7 +53,7 @@ def test_files_of_different_schemas_are_refused_by_name(volume):
 def test_parquet_pieces_carry_only_their_files():
     from air_core import RowGroup, RowSlice
     from air_core.read.parquet import localize
-    from air_core.row_plan import piece_bytes
+    from air_core.planning.rows import piece_bytes
 
     a, b = RowGroup(7, 0, 100, 1000), RowGroup(3, 1, 100, 1000)
     files, local = localize([RowSlice(a, 50, 100), b, RowGroup(7, 1, 10, 10)])

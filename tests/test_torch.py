@@ -331,7 +331,7 @@ def test_progress_merges_across_ranks():
 
 def test_chained_resumes_stay_cheap():
     # Four resumes within one epoch over 16 streams: one plan per stream and level (64), not 16 ** 4.
-    from air_core.resume import delivered
+    from air_core.planning.resume import delivered
 
     sizes = [1 + (i * 7919) % 5000 for i in range(2000)]
     head = ("fp", {"seed": 0, "shuffle": True, "balance": "bytes", "equalize": "none"})
@@ -393,5 +393,5 @@ def test_dcp_overwrite_and_torch_save_on_a_volume(volume):
 
 
 def test_air_core_never_imports_torch():
-    code = "import sys, air_core, air_core.stream, air_core.plan; assert 'torch' not in sys.modules"
+    code = "import sys, air_core, air_core.stream, air_core.planning.shares; assert 'torch' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)

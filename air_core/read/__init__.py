@@ -6,10 +6,7 @@ module here: a `FileRowsReader` or `TableReader` subclass registered with
 `@register` (see `reader`).
 """
 
-from .files import (
-    DEFAULT_FETCH_THREADS, DEFAULT_PREFETCH, DEFAULT_PREFETCH_BYTES, ON_ERRORS, CachedFile, FilesReader, OnError,
-    Skipped, default_fetch_threads, read_items, without_skips,
-)
+from .files import DEFAULT_FETCH_THREADS, DEFAULT_PREFETCH, DEFAULT_PREFETCH_BYTES, ON_ERRORS, CachedFile, FilesReader, OnError, Skipped, default_fetch_threads, read_items, without_skips
 from .pack import PackReader
 from .parquet import ParquetReader
 from .reader import READERS, FileRowsReader, Part, Reader, TableReader, register

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ..errors import OptionError, RecordError
-from ..fetch import ordered_map
+from ..io.fetch import ordered_map
 from .lines import Format, LinesReader, compression
 from .reader import register
 

@@ -15,17 +15,17 @@ from typing import TYPE_CHECKING, Iterable, Iterator, Literal, NamedTuple, Seque
 import numpy as np
 
 from .. import dist, volume
-from .. import plan as plan_mod
-from .. import resume
-from ..cache import Cache, read_bytes, read_fd
+from ..planning import shares as plan_mod
+from ..planning import resume
+from ..io.cache import Cache, read_bytes, read_fd
 from ..errors import FetchError
-from ..fetch import ordered_map, retrying
+from ..io.fetch import ordered_map, retrying
 from ..manifest import Manifest
 from .reader import FileRowsPart, FileRowsReader, register
 
 if TYPE_CHECKING:
     from ..grid import Grid
-    from ..plan import Equalize
+    from ..planning.shares import Equalize
 
 log = logging.getLogger("air_core")
 

@@ -23,11 +23,11 @@ from typing import TYPE_CHECKING, Iterator, Sequence
 
 import numpy as np
 
-from ..cache import Cache, read_bytes
+from ..io.cache import Cache, read_bytes
 from ..errors import EmptyVolumeError, RecordError
-from ..fetch import ordered_map, retrying
+from ..io.fetch import ordered_map, retrying
 from ..manifest import Manifest
-from ..row_plan import RowSlice, unit_of
+from ..planning.rows import RowSlice, unit_of
 from . import line_spans
 from .line_spans import TAIL_BYTES, Span, first_record, spans, tail_end
 from .reader import TableReader

@@ -2,7 +2,7 @@
 
 The units are the shards' row groups, whose rows are packed files; a
 stream reads neighbouring row groups whole, and each file is one read of its
-row group's byte range in the node cache (`air_core.pack_read`).
+row group's byte range in the node cache (`air_core.packs.read`).
 """
 
 from __future__ import annotations
@@ -11,17 +11,17 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterator, Sequence
 
 
-from .. import pack_plan, pack_read, pack_store
+from ..packs import plan as pack_plan, read as pack_read, store as pack_store
 from ..manifest import Manifest
-from ..row_plan import RowGroup, RowSlice
+from ..planning.rows import RowGroup, RowSlice
 from .files import CachedFile, FilesReader
 from .reader import FileRowsPart, FileRowsReader, register
 from .row_groups import RowGroupPieces
 
 if TYPE_CHECKING:
-    from ..cache import Cache
+    from ..io.cache import Cache
     from ..grid import Grid
-    from ..plan import Equalize
+    from ..planning.shares import Equalize
 
 _LOOSE_ONLY = ("loose files: {path} is a pack, read a row group at a time: its streams take neighbouring row "
                "groups, by count, and an unreadable shard cannot be skipped file by file")

@@ -1,7 +1,7 @@
 """Parquet trees, a row per table row: the units are row groups, cut into exact row ranges where counts must match.
 
 The Parquet I/O (footers, schema, reading row groups through the cache)
-lives in `air_core.tabular`, loaded on first use: importing the core loads
+lives in `air_core.read.parquet_io`, loaded on first use: importing the core loads
 no pyarrow.
 """
 
@@ -12,14 +12,14 @@ from typing import TYPE_CHECKING, Iterable, Iterator, Sequence
 
 from ..errors import EmptyVolumeError, ParquetError
 from ..manifest import Manifest
-from ..row_plan import RowGroup, RowSlice, piece_bytes, unit_of
+from ..planning.rows import RowGroup, RowSlice, piece_bytes, unit_of
 from .reader import Part, TableReader, register
 from .row_groups import RowGroupPieces, localize
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from ..cache import Cache
+    from ..io.cache import Cache
 
 _FILES_ONLY = ("files mode: {path} is read as Parquet, whose rows are the tables' rows (skipping a file would drop "
                "rows of the table); pass mode='files' to read Parquet files as files")
@@ -36,9 +36,9 @@ class ParquetReader(RowGroupPieces, TableReader):
 
     def units(self) -> list[RowGroup]:
         """Every row group of every file, in order (footers read once per process)."""
-        from .. import tabular
+        from . import parquet_io
 
-        return self.source.held("units", lambda: tabular.parquet_units(self.source.manifest))
+        return self.source.held("units", lambda: parquet_io.parquet_units(self.source.manifest))
 
     def validate(self) -> None:
         if not sum(u.num_rows for u in self.units()):
@@ -50,17 +50,17 @@ class ParquetReader(RowGroupPieces, TableReader):
 
     def schema(self) -> pa.Schema:
         """The schema given, or the tables', hive partition columns appended as strings."""
-        from .. import tabular
+        from . import parquet_io
 
         given = self.source.options.get("schema")
-        return given or self.source.held("schema", lambda: tabular.schema(self.source.manifest, self.units()))
+        return given or self.source.held("schema", lambda: parquet_io.schema(self.source.manifest, self.units()))
 
     def read_pieces(self, pieces: Sequence[RowGroup | RowSlice], cache: Cache, *, columns: Sequence[str] | None,
                     fetch_threads: int, epoch: int = 0, seed: int = 0, shuffle: bool = False,
                     on_error: str = "raise", skipped: list[str] | None = None) -> Iterator[tuple[int, pa.Table]]:
-        from .. import tabular
+        from . import parquet_io
 
-        tables = tabular.read_units(self.source.manifest, pieces, cache, columns=columns,
+        tables = parquet_io.read_units(self.source.manifest, pieces, cache, columns=columns,
                                     fetch_threads=fetch_threads)
         return enumerate(cast_to(tables, self.source.options.get("schema")))
 
@@ -111,10 +111,10 @@ class ParquetPart(Part):
 
     def read(self, cache: Cache, *, fetch_threads: int = 16, prefetch: int = 16, prefetch_bytes: int = 1 << 30,
              on_error: str = "raise", columns: Sequence[str] | None = None) -> Iterator[tuple[str, pa.Table]]:
-        from .. import tabular
+        from . import parquet_io
 
         manifest = Manifest.from_rows(self.root, self.listing, self.fingerprint)
-        tables = tabular.read_units(manifest, self.pieces, cache, columns=columns, fetch_threads=fetch_threads,
+        tables = parquet_io.read_units(manifest, self.pieces, cache, columns=columns, fetch_threads=fetch_threads,
                                     prefetch=prefetch, prefetch_bytes=prefetch_bytes, local_root=self.local_root)
         for piece, table in zip(self.pieces, cast_to(tables, self.schema)):
             yield manifest.volume_path(unit_of(piece).file), table

@@ -26,10 +26,10 @@ from ..errors import OptionError
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from ..cache import Cache
+    from ..io.cache import Cache
     from ..grid import Grid
     from ..manifest import Manifest
-    from ..plan import Equalize
+    from ..planning.shares import Equalize
     from ..source import Source
     from .files import CachedFile, Skipped
 

@@ -17,13 +17,13 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
-from .. import plan as plan_mod
-from ..plan import epoch_order
-from ..row_plan import RowGroup, RowSlice, deal_rows, piece_bytes, split_rows, unit_of
+from ..planning import shares as plan_mod
+from ..planning.shares import epoch_order
+from ..planning.rows import RowGroup, RowSlice, deal_rows, piece_bytes, split_rows, unit_of
 from .reader import Part
 
 if TYPE_CHECKING:
-    from ..plan import Equalize
+    from ..planning.shares import Equalize
 
 
 class RowGroupPieces:

@@ -34,10 +34,10 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
 import numpy as np
 
-from ..cache import Cache
+from ..io.cache import Cache
 from ..errors import EmptyVolumeError, RecordError
 from ..manifest import Manifest
-from ..row_plan import RowSlice, unit_of
+from ..planning.rows import RowSlice, unit_of
 from .files import CachedFile, Skipped, read_items
 from .reader import TableReader, register
 from .row_groups import CountedPart, CountedUnits, localize

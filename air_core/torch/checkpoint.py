@@ -39,9 +39,9 @@ from torch.distributed.checkpoint.filesystem import FileSystemBase, FileSystemRe
 from torch.distributed.checkpoint.planner import SavePlan
 
 from .. import volume
-from ..cache import Cache
+from ..io.cache import Cache
 from ..errors import VolumePathError
-from ..fetch import retrying
+from ..io.fetch import retrying
 
 
 class _VolumeFileSystem(FileSystemBase):

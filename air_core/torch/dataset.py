@@ -8,7 +8,7 @@ from typing import Any, Iterator, Protocol, Sequence, runtime_checkable
 import torch.utils.data
 
 from ..manifest import Manifest
-from ..plan import Balance, Equalize
+from ..planning.shares import Balance, Equalize
 from ..read import DEFAULT_PREFETCH, DEFAULT_PREFETCH_BYTES, OnError
 from ..stream import FileStream
 

@@ -9,7 +9,7 @@ A run's progress is
 Each stream delivered the first `consumed` items of its plan, planned over what
 `resumed_from` had left. Resumes within an epoch chain through `resumed_from`,
 held once per level: this is the run state `air_core.run_state` makes, which
-`FileStream.load_state_dict` resumes on any grid (see `air_core.resume`).
+`FileStream.load_state_dict` resumes on any grid (see `air_core.planning.resume`).
 
 `DataLoader.state_dict()` returns `encode(progress)`: `{"version": 3, "run":
 <progress as JSON text>}`. Two leaves whatever the grid, so a fresh loader's
@@ -24,7 +24,7 @@ import json
 from typing import Any
 
 from ..errors import StateError
-from ..resume import VERSION, upgrade
+from ..planning.resume import VERSION, upgrade
 
 _KEYS = ("version", "epoch", "fingerprint", "options", "resumed_from", "streams")
 

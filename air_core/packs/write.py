@@ -15,7 +15,7 @@ Each packed file is one row: `path` (relative to the source folder), `size`,
 folder's name) when every file sits in a class folder. Any Parquet reader
 reads the shards: `load_dataset("parquet")`, `ray.data.read_parquet`, Spark,
 DuckDB. This library's front doors read a pack as if it were the loose files
-(see `air_core.pack_store` for the layout and how readers find it).
+(see `air_core.packs.store` for the layout and how readers find it).
 
 Row groups hold about 16 MiB of files by default: the unit that readers
 split among ranks and workers and decode at once. Smaller groups cost more
@@ -44,17 +44,16 @@ from typing import TYPE_CHECKING, Iterator, Sequence
 import numpy as np
 from tqdm import tqdm
 
-from . import options, volume
-from .delta.publication import _node_lock
-from .errors import FetchError, VolumePathError
-from .fetch import ordered_map, retrying
-from .listing import list_folder
-from .manifest import Manifest
-from .pack_layout import layout
-from .sizes import parse_size
-from .pack_store import GENERATIONS, INDEX, MARKER, OFFSETS, POINTER, POINTER_TMP, marker, offsets_name, point_at, \
-    read_pointer, shard_name, write_whole
-from .parquet_pages import value_offsets
+from .. import options, volume
+from ..delta.publication import _node_lock
+from ..errors import FetchError, VolumePathError
+from ..io.fetch import ordered_map, retrying
+from ..io.listing import list_folder
+from ..manifest import Manifest
+from .layout import layout
+from ..sizes import parse_size
+from .store import GENERATIONS, INDEX, MARKER, OFFSETS, POINTER, POINTER_TMP, marker, offsets_name, point_at, read_pointer, shard_name, write_whole
+from .pages import value_offsets
 
 if TYPE_CHECKING:
     import pyarrow as pa

@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal, Sequence
 
-from .errors import OptionError
-from .plan import epoch_order
+from ..errors import OptionError
+from .shares import epoch_order
 
 
 @dataclass(frozen=True)

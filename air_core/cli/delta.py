@@ -24,7 +24,7 @@ def add_export_delta_command(subparsers: "argparse._SubParsersAction") -> argpar
 
 def run_export_delta(args: argparse.Namespace) -> None:
     """Run `export-delta` with parsed arguments; prints one summary line."""
-    from .delta import export_delta
+    from ..delta import export_delta
 
     r = export_delta(args.table, args.dest, version=args.version, rows_per_file=args.rows_per_file,
                      rows_per_row_group=args.rows_per_row_group, progress=True)

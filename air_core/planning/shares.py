@@ -28,8 +28,8 @@ from typing import Collection, Literal, Sequence
 
 import numpy as np
 
-from .errors import OptionError
-from .grid import Grid
+from ..errors import OptionError
+from ..grid import Grid
 
 Balance = Literal["bytes", "stride"]
 Equalize = Literal["none", "pad", "drop"]

@@ -15,7 +15,7 @@ from typing import Sequence
 
 import numpy as np
 
-from .errors import OptionError
+from ..errors import OptionError
 
 
 def cuts(sizes: Sequence[int], target_bytes: int) -> list[tuple[int, int]]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from . import volume
+from .. import volume
 
 
 def run(volume_path: str) -> None:
@@ -12,10 +12,10 @@ def run(volume_path: str) -> None:
     import pyarrow as pa
     from deltalake import DeltaTable, write_deltalake
 
-    from .cache import Cache
-    from .delta import export_delta
-    from .listing import list_folder
-    from .tabular import parquet_units, read_units
+    from ..io.cache import Cache
+    from ..delta import export_delta
+    from ..io.listing import list_folder
+    from ..read.parquet_io import parquet_units, read_units
 
     table = f"{volume_path}/tables/reviews"
     local = volume.parse(table).local

@@ -19,7 +19,7 @@ from collections import deque
 from queue import SimpleQueue
 from typing import Callable, Iterable, Iterator, TypeVar
 
-from .errors import FetchError
+from ..errors import FetchError
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -128,7 +128,7 @@ def ordered_map(
     in a process with torch or Ray loaded stalls it for a tenth of a second or
     more). They are daemon threads: an interpreter exiting mid-pass does not
     wait for reads it no longer needs, and a copy cut short there is never
-    served (see `air_core.cache`).
+    served (see `air_core.io.cache`).
     """
     source = iter(items)
     threads = max(1, threads)

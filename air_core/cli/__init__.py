@@ -11,10 +11,10 @@ import time
 
 from tqdm import tqdm
 
-from .cli_delta import add_export_delta_command
-from .cli_pack import add_pack_command
-from .errors import AirError, OptionError
-from .sizes import MEANING, parse_size
+from .delta import add_export_delta_command
+from .pack import add_pack_command
+from ..errors import AirError, OptionError
+from ..sizes import MEANING, parse_size
 
 
 def _demo(args: argparse.Namespace) -> None:
@@ -28,8 +28,8 @@ def _demo(args: argparse.Namespace) -> None:
 
 
 def _stage(args: argparse.Namespace) -> None:
-    from .listing import list_folder
-    from .stage import stage
+    from ..io.listing import list_folder
+    from ..io.stage import stage
 
     total = int(list_folder(args.src, include=args.include, exclude=args.exclude).sizes.sum())
     with tqdm(total=total, unit="B", unit_scale=True, desc="stage") as bar:
@@ -70,7 +70,7 @@ def _verify(cache, repair: bool) -> int:
 
 
 def _cache(args: argparse.Namespace) -> int | None:
-    from .cache import Cache, default_dir
+    from ..io.cache import Cache, default_dir
 
     root = os.path.abspath(args.cache_dir or default_dir())
     if not os.path.isdir(os.path.join(root, "objects")):  # never make, nor empty, a folder that is no cache
@@ -144,7 +144,3 @@ def main(argv: list[str] | None = None) -> int:
     except AirError as e:
         print(f"air-data {args.command}: {e}", file=sys.stderr)
         return 2
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -14,9 +14,9 @@ from importlib.metadata import entry_points
 
 from tqdm import tqdm
 
-from . import plan as plan_mod
-from .grid import Grid
-from .stream import FileStream
+from ..planning import shares as plan_mod
+from ..grid import Grid
+from ..stream import FileStream
 
 DEMO_VOLUME = "/Volumes/demo/ml/raw"
 CLASSES = ("cat", "dog", "fish")

@@ -15,8 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from .plan import Equalize, rank_shares
-from .row_plan import RowSlice, split_rows
+from .shares import Equalize, rank_shares
+from .rows import RowSlice, split_rows
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from .sizes import MEANING
+from ..sizes import MEANING
 
 
 def add_pack_command(subparsers: "argparse._SubParsersAction") -> argparse.ArgumentParser:
@@ -30,7 +30,7 @@ def add_pack_command(subparsers: "argparse._SubParsersAction") -> argparse.Argum
 
 def run_pack(args: argparse.Namespace) -> None:
     """Run `pack` with parsed arguments; prints one summary line."""
-    from .pack import pack
+    from ..packs.write import pack
 
     r = pack(args.src, args.dst, shard_size=args.shard_size, row_group_size=args.row_group_size,
              include=args.include, exclude=args.exclude, threads=args.jobs, progress=True)

@@ -12,7 +12,7 @@ next fetcher takes over. Concurrent fetchers of one file wait on that lock and
 then find the entry, so each file crosses the network once per node.
 
 A request for a file this process is already fetching is a hedge of a stuck
-read (see `air_core.fetch.ordered_map`): it must not wait on that lock, so it
+read (see `air_core.io.fetch.ordered_map`): it must not wait on that lock, so it
 copies into an unnamed file of its own (`O_TMPFILE`: a killed process leaves
 nothing) and links it in. Publishing is a link, which never replaces a name:
 the first complete copy wins, the other is dropped uncounted.
@@ -73,8 +73,8 @@ from typing import Callable, Iterator
 import numpy as np
 import xxhash
 
-from . import options
-from .errors import FetchError, OptionError
+from .. import options
+from ..errors import FetchError, OptionError
 from .fetch import ordered_map
 
 log = logging.getLogger("air_core")

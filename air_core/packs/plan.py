@@ -14,7 +14,7 @@ groups are the units: a stream reads each of its row groups once, whole.
 - Workers: the rank's share, in read order, cut into `num_workers`
   contiguous ranges, so each worker reads whole row groups.
 - Resume: the files a run state delivered (each stream's first `consumed`
-  items of its plan, chained through `resumed_from` as in `air_core.resume`)
+  items of its plan, chained through `resumed_from` as in `air_core.planning.resume`)
   are taken out and the rest is cut again over the grid that resumes: each
   file is delivered exactly once, on any grid.
 """
@@ -25,10 +25,10 @@ from typing import Sequence
 
 import numpy as np
 
-from .errors import OptionError
-from .grid import Grid
-from .plan import EQUALIZES, Equalize, _epoch_order
-from .row_plan import RowGroup, RowSlice
+from ..errors import OptionError
+from ..grid import Grid
+from ..planning.shares import EQUALIZES, Equalize, _epoch_order
+from ..planning.rows import RowGroup, RowSlice
 
 
 def plan(

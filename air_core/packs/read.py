@@ -24,15 +24,15 @@ from typing import Iterator, NamedTuple, Sequence
 
 import numpy as np
 
-from . import volume
-from .cache import Cache, read_bytes
-from .errors import VolumePathError
-from .fetch import ordered_map, retrying
-from .listing import list_folder
-from .manifest import Manifest
-from .pack_store import INDEX, OFFSETS, Generation
-from .row_plan import RowGroup
-from .read.files import CachedFile
+from .. import volume
+from ..io.cache import Cache, read_bytes
+from ..errors import VolumePathError
+from ..io.fetch import ordered_map, retrying
+from ..io.listing import list_folder
+from ..manifest import Manifest
+from .store import INDEX, OFFSETS, Generation
+from ..planning.rows import RowGroup
+from ..read.files import CachedFile
 
 # Row groups fetched at once, each through its own open (bandwidth is per open): 24 streams in flight. Whole
 # shards, fetched in 8 ranges each, read 20,000 files in 3 shards of 1 GiB under the emulated volume at

@@ -11,12 +11,12 @@ import os
 from dataclasses import dataclass
 from typing import Callable
 
-from . import volume
+from .. import volume
 from .cache import copy_into
-from .errors import OptionError
+from ..errors import OptionError
 from .fetch import ordered_map, retrying
 from .listing import list_folder
-from .manifest import Manifest
+from ..manifest import Manifest
 
 
 @dataclass(frozen=True)

@@ -15,13 +15,13 @@ from urllib.parse import unquote
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from . import volume
-from .cache import Cache
-from .errors import ParquetError
-from .fetch import ordered_map
-from .manifest import Manifest
-from .row_plan import RowGroup, RowSlice, unit_of
-from .read.files import CachedFile, read_items
+from .. import volume
+from ..io.cache import Cache
+from ..errors import ParquetError
+from ..io.fetch import ordered_map
+from ..manifest import Manifest
+from ..planning.rows import RowGroup, RowSlice, unit_of
+from .files import CachedFile, read_items
 
 FOOTER_THREADS = 32
 _OPEN_FILES = 8

@@ -36,9 +36,9 @@ import shutil
 import time
 from dataclasses import dataclass
 
-from . import volume
-from .delta.publication import GRACE_SECONDS, read_json
-from .errors import VolumePathError
+from .. import volume
+from ..delta.publication import GRACE_SECONDS, read_json
+from ..errors import VolumePathError
 
 POINTER = "_air_pack.json"
 GENERATIONS = "_packs"

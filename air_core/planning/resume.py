@@ -26,9 +26,9 @@ from typing import Sequence
 
 import numpy as np
 
-from .errors import StateError
-from .grid import Grid
-from .plan import Balance, Deal, Epoch, Equalize, worker_parts
+from ..errors import StateError
+from ..grid import Grid
+from .shares import Balance, Deal, Epoch, Equalize, worker_parts
 
 # 2: a resume on as many ranks keeps each rank on its own share; version 1 dealt
 # the rest again, so its chained resumes would be read as other plans than ran.

@@ -34,15 +34,15 @@ from typing import Sequence
 import numpy as np
 from tqdm import tqdm
 
-from . import volume
-from .errors import AirError, EmptyVolumeError
-from .manifest import Manifest
+from .. import volume
+from ..errors import AirError, EmptyVolumeError
+from ..manifest import Manifest
 
 LIST_THREADS = 32
 PROGRESS_AFTER_SECONDS = 2.0
 HAND_OFF_SECONDS = 0.25
 MAX_PROCESSES = 8
-_WORKER = "from air_core.listing import _worker; _worker()"
+_WORKER = "from air_core.io.listing import _worker; _worker()"
 
 Folder = tuple[str, str, str]  # (local path, path relative to the listed folder with a trailing "/", real path)
 

@@ -1,0 +1,1 @@
+"""What crosses the volume: the node cache, the fetch pool ahead of the consumer, listings and staging copies."""
