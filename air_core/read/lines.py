@@ -45,7 +45,6 @@ SPANS_AHEAD = 6
 SPAN_THREADS = 6
 # Records in a fixed sample from the start of the listing, the same on every process, decide inferred types.
 SAMPLE_BYTES = 1 << 20
-SAMPLE_THREADS = 4
 # A compressed file decompresses into runs of whole records of about this many bytes, each parsed alone.
 CHUNK_BYTES = 16 << 20
 
@@ -137,14 +136,15 @@ class LinesReader(CountedUnits, TableReader):
         """(volume path, whole records from its start) of the first files of the listing, about `SAMPLE_BYTES`
         of records in all: the same on every process.
 
-        Read through the node cache as the spans they lie in, so the bytes cross the network once.
+        Read through the node cache as the spans they lie in, one at a time (the first span or two hold the
+        sample), so the bytes cross the network once.
         """
         out: list[bytes] = []
         held = 0
         firsts = [u for u in self.units() if u.index == 0]
         m = self.source.manifest
         for unit, chunks in _records(m, firsts, Cache(self.source.cache_dir), self.source.local,
-                                     fetch_threads=SAMPLE_THREADS):
+                                     fetch_threads=1, ahead=1):
             data = next(chunks, (0, 0, b""))[2]
             cut = data[:SAMPLE_BYTES - held]
             if len(cut) < len(data):
@@ -224,8 +224,8 @@ def read_spans(manifest: Manifest, pieces: Sequence[Piece], cache: Cache, fmt: F
 Chunks = Iterator[tuple[int, int, bytes]]
 
 
-def _records(manifest: Manifest, units: Sequence[Span], cache: Cache, local_root: str, *,
-             fetch_threads: int) -> Iterator[tuple[Span, Chunks]]:
+def _records(manifest: Manifest, units: Sequence[Span], cache: Cache, local_root: str, *, fetch_threads: int,
+             ahead: int = SPANS_AHEAD) -> Iterator[tuple[Span, Chunks]]:
     """(span, its own whole records in runs) for each of `units`, in order, fetched ahead through the node cache.
 
     A span of an uncompressed file is one run; a compressed file decompresses,
@@ -265,7 +265,7 @@ def _records(manifest: Manifest, units: Sequence[Span], cache: Cache, local_root
         return iter([(unit.start + at, -1 if unit.start else 0, parts[0] if len(parts) == 1 else b"".join(parts))])
 
     yield from zip(units, ordered_map(fetch, ((u, u.nbytes) for u in units), threads=fetch_threads,
-                                      max_ahead=SPANS_AHEAD, max_bytes=SPANS_AHEAD * (16 << 20)))
+                                      max_ahead=ahead, max_bytes=ahead * line_spans.SPAN_BYTES))
 
 
 def _bytes(data: bytes | str) -> bytes:
