@@ -36,7 +36,7 @@ class JsonFormat(Format):
         import pyarrow.json as pj
 
         schema = self.schema if self.columns is None else pa.schema([self.schema.field(c) for c in self.columns])
-        if not data.strip():
+        if not data or data.isspace():
             return schema.empty_table()
         if not schema:  # no columns (a count): rows still come one per record
             return JsonFormat(self.schema, self.schema.names[:1]).parse(data, first=first).select([])

@@ -253,16 +253,18 @@ def _records(manifest: Manifest, units: Sequence[Span], cache: Cache, local_root
         at = first_record(data, unit.start)
         if at is None:
             return iter(())
-        parts = [data[at:] if at else data]
+        tail = []
         size, stop = int(sizes[unit.file]), unit.stop
         while stop < size:  # the last record runs on into what follows
             chunk = _bytes(get(unit.file, stop, min(size, stop + TAIL_BYTES)))
             end = tail_end(chunk)
-            parts.append(chunk if end is None else chunk[:end])
+            tail.append(chunk if end is None else chunk[:end])
             if end is not None:
                 break
             stop += len(chunk)
-        return iter([(unit.start + at, -1 if unit.start else 0, parts[0] if len(parts) == 1 else b"".join(parts))])
+        # One copy at most of the span's bytes: its records and their run-on joined, its head cut off in passing.
+        records = b"".join([memoryview(data)[at:], *tail]) if at or tail else data
+        return iter([(unit.start + at, -1 if unit.start else 0, records)])
 
     yield from zip(units, ordered_map(fetch, ((u, u.nbytes) for u in units), threads=fetch_threads,
                                       max_ahead=ahead, max_bytes=ahead * line_spans.SPAN_BYTES))
