@@ -237,9 +237,9 @@ def lines_section(rec: list[dict]) -> list[str]:
     for s in (r for r in rec if "summary" in r):
         case = s["case"]
         lines += ["", f"**{s['summary']}**", "",
-                  "| system | first epoch, rows/s | per rank | second epoch, rows/s | volume bytes ÷ data: setup, "
-                  "first epoch (per rank), second | rows complete |",
-                  "| --- | ---: | --- | ---: | --- | --- |"]
+                  ("| system | first epoch, rows/s | per rank | second epoch, rows/s | CPU µs a row: first, second | "
+                   "volume bytes ÷ data: setup, first epoch (per rank), second | rows complete |"),
+                  "| --- | ---: | --- | ---: | --- | --- | --- |"]
         for system, label in LINES_SYSTEMS:
             found = find(rec, system=system, case=case)
             r = next((x for x in found if "rank" not in x), None)
@@ -256,7 +256,9 @@ def lines_section(rec: list[dict]) -> list[str]:
             else:
                 volume = "not from the volume"
             complete = "yes" if all(r.get(k, True) for k in ("first_complete", "second_complete")) else "**no**"
-            lines.append(f"| {label} | {fmt(r['first_rows_s'])} | {per_rank} | {second} | {volume} | {complete} |")
+            cpu = ", ".join(f"{r[k]:.1f}" for k in ("first_cpu_us_per_row", "second_cpu_us_per_row") if k in r)
+            lines.append(f"| {label} | {fmt(r['first_rows_s'])} | {per_rank} | {second} | {cpu} | {volume} | "
+                         f"{complete} |")
     return lines
 
 
