@@ -16,13 +16,17 @@ process (NETVOL_TRACE_BYTES=1, one trace file per rank):
   (`set_epoch(1)`, the cache warm);
 - hf-json, the same 2 ranks x 2 workers: `load_dataset("json", data_files=..., streaming=True)` and
   `datasets.distributed.split_dataset_by_node` (with one file, every rank reads all of it);
+- uc-volume-arrow and hf-json-arrow: the same 2 ranks, each reading its share in its own process as
+  Arrow batches (`ds.with_format("arrow").iter(batch_size=4096)`), no DataLoader: what the readers
+  deliver without `datasets`' one-row-at-a-time step;
 - ray-read_json: `ray.data.read_json(folder)` in one process, `iter_batches`, two executions; and
   air_ray-read_uc_volume: `read_uc_volume(folder)` the same way, the second execution on a warm cache;
 - pyarrow-parse: `pyarrow.json.read_json` of every file, no netvol: the parse ceiling.
 
-Per system: rows/s per rank and in all (rows over the slowest rank's epoch), bytes read from the volume
-(setup, first epoch, second epoch) as a multiple of the data's bytes, and whether the rows are complete
-(for the ranks: the counts add to the records, and the ids' sum is 0+1+...+(N-1)). A summary line per case
+Per system: rows/s per rank and in all (rows over the slowest rank's epoch), CPU µs a row (a rank's own
+and its DataLoader workers', from getrusage), bytes read from the volume (setup, first epoch, second
+epoch) as a multiple of the data's bytes, and whether the rows are complete (for the ranks: the counts
+add to the records, and the ids' sum is 0+1+...+(N-1)). A summary line per case
 sets the targets beside the figures: volume bytes across ranks (setup and first epoch) <= 1.05x the
 data; first-epoch rows/s >= 2x hf-json's and >= 0.7x the parse ceiling; a second epoch reads nothing.
 
