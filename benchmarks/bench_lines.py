@@ -16,6 +16,9 @@ process (NETVOL_TRACE_BYTES=1, one trace file per rank):
   (`set_epoch(1)`, the cache warm);
 - hf-json, the same 2 ranks x 2 workers: `load_dataset("json", data_files=..., streaming=True)` and
   `datasets.distributed.split_dataset_by_node` (with one file, every rank reads all of it);
+- air_core-rowstream, the same 2 ranks x 2 workers through the core's own door: a DataLoader over
+  `air_core.RowStream(folder, rank=r, world_size=2)`, each worker's stream yielding Arrow tables of 256
+  rows (`batch_size=None`), the collate counting rows and summing ids as above;
 - uc-volume-arrow and hf-json-arrow: the same 2 ranks, each reading its share in its own process as
   Arrow batches (`ds.with_format("arrow").iter(batch_size=4096)`), no DataLoader: what the readers
   deliver without `datasets`' one-row-at-a-time step;
@@ -52,9 +55,9 @@ VOLUME = "/Volumes/main/bench/lines"
 CASES = {"big": "one JSON Lines file of 1 GB", "many": "64 JSON Lines files of 16 MB"}
 BIG_BYTES, MANY_FILES, MANY_BYTES = 1_000_000_000, 64, 16_000_000  # 16 MB < a span (16 MiB): one span a file
 WORLD, WORKERS, BATCH = 2, 2, 256
-SYSTEMS = ("uc-volume", "hf-json", "uc-volume-arrow", "hf-json-arrow", "ray-read_json", "air_ray-read_uc_volume",
-           "pyarrow-parse")
-RANKED = ("uc-volume", "hf-json", "uc-volume-arrow", "hf-json-arrow")
+SYSTEMS = ("uc-volume", "hf-json", "air_core-rowstream", "uc-volume-arrow", "hf-json-arrow", "ray-read_json",
+           "air_ray-read_uc_volume", "pyarrow-parse")
+RANKED = ("uc-volume", "hf-json", "air_core-rowstream", "uc-volume-arrow", "hf-json-arrow")
 TARGETS = {"bytes": 1.05, "vs_hf": 2.0, "vs_parse": 0.7}
 
 
@@ -162,6 +165,31 @@ def count(rows: list[dict]) -> tuple[int, int]:
     return len(rows), sum(r["id"] for r in rows)
 
 
+def count_table(table) -> tuple[int, int]:
+    """The collate of a DataLoader of Arrow tables (`batch_size=None`): two numbers a table."""
+    import pyarrow.compute as pc
+
+    return table.num_rows, pc.sum(table.column("id")).as_py() or 0
+
+
+def tables_dataset(stream):
+    """A torch IterableDataset over a RowStream: each DataLoader worker's stream, in Arrow tables of `BATCH` rows."""
+    import torch.utils.data
+
+    class Tables(torch.utils.data.IterableDataset):
+        num_shards = 0
+
+        def set_epoch(self, epoch: int) -> None:
+            stream.set_epoch(epoch)
+
+        def __iter__(self):
+            for table in stream.tables():
+                for k in range(0, table.num_rows, BATCH):
+                    yield table.slice(k, BATCH)
+
+    return Tables()
+
+
 def cpu_s() -> float:
     """CPU seconds of this process and of its children waited for (a DataLoader's workers, once shut down)."""
     import resource
@@ -184,7 +212,11 @@ def measure_rank(args) -> dict:
     sync = Path(args.sync)
     arrow = args.system.endswith("-arrow")
     t = time.perf_counter()
-    if args.system.startswith("uc-volume"):
+    if args.system == "air_core-rowstream":
+        from air_core import RowStream
+
+        ds = tables_dataset(RowStream(f"{VOLUME}/{args.case}", rank=rank, world_size=world))
+    elif args.system.startswith("uc-volume"):
         import air_hf
 
         ds = datasets.load_dataset("uc-volume", data_dir=f"{VOLUME}/{args.case}", split="train", streaming=True,
@@ -204,6 +236,8 @@ def measure_rank(args) -> dict:
         def loader_pass():
             for b in ds.with_format("arrow").iter(batch_size=4096):
                 yield b.num_rows, pc.sum(b.column("id")).as_py() or 0
+    elif args.system == "air_core-rowstream":
+        loader_pass = DataLoader(ds, batch_size=None, num_workers=WORKERS, collate_fn=count_table).__iter__
     else:
         loader = DataLoader(ds, batch_size=BATCH, num_workers=WORKERS, collate_fn=count)
         loader_pass = loader.__iter__
@@ -402,6 +436,15 @@ def summary(case: str, info: dict, got: dict) -> dict:
         out["hf_arrow_rows_s"] = hf_arrow["first_rows_s"]
         if ours_arrow:
             out["arrow_vs_hf_json_arrow"] = round(ours_arrow["first_rows_s"] / hf_arrow["first_rows_s"], 2)
+    rows = got.get("air_core-rowstream")
+    if rows:  # the core's own door through a DataLoader, its rows in Arrow tables
+        out.update({"rowstream_rows_s": rows["first_rows_s"], "rowstream_second_rows_s": rows["second_rows_s"],
+                    "rowstream_volume_bytes_ratio": rows["volume_bytes_ratio"],
+                    "rowstream_second_bytes_ratio": rows["second_bytes_ratio"]})
+        if hf:
+            out["rowstream_vs_hf_json"] = round(rows["first_rows_s"] / hf["first_rows_s"], 2)
+        if parse:
+            out["rowstream_vs_parse"] = round(rows["first_rows_s"] / parse["first_rows_s"], 2)
     if ours and hf:
         out["vs_hf_json"] = round(ours["first_rows_s"] / hf["first_rows_s"], 2)
         out["vs_hf_ok"] = out["vs_hf_json"] >= TARGETS["vs_hf"]
