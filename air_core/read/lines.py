@@ -139,7 +139,7 @@ class LinesReader(CountedUnits, TableReader):
         Read through the node cache as the spans they lie in, one at a time (the first span or two hold the
         sample), so the bytes cross the network once.
         """
-        out: list[bytes] = []
+        out: list[tuple[str, bytes]] = []
         held = 0
         firsts = [u for u in self.units() if u.index == 0]
         m = self.source.manifest
