@@ -127,7 +127,7 @@ def test_read_datasource_on_a_cluster_keeps_each_nodes_share_in_its_cache(volume
     # A node that joins takes about its share from the others (what it does not find in its cache is read
     # once: the consumers' checks cached some rows' files where they ran); when it leaves, that share goes
     # back to the nodes that cached it before, and nothing else moves.
-    assert 0 < join["volume_opens"] <= join["moved"] <= 600 / 3 + 600 / out["buckets"] * 10
+    assert 0 < join["volume_opens"] <= join["moved"] <= 1.25 * 600 / 3  # 199-211 moved in runs by hand
     assert leave["moved"] == join["moved"] and leave["volume_opens"] == 0
 
 
