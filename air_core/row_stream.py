@@ -15,18 +15,18 @@ from typing import TYPE_CHECKING, Any, Iterator, Sequence
 from . import dist, options
 from .planning import resume
 from .planning import shares as plan_mod
-from .io.cache import Cache
 from .errors import OptionError, StateError
 from .grid import Grid
 from .read import ON_ERRORS, OnError, TableReader, default_fetch_threads
 from .planning.runs import Run, deal_bytes, deal_rows, remainder
 from .source import check_columns, resolve_source
+from .streaming import Stream
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
 
-class RowStream:
+class RowStream(Stream):
     """The rows of one (rank, worker) stream of a table under a volume folder, cached on first access.
 
     `tables()` yields Arrow tables, iterating yields rows as dicts. Every rank
@@ -98,20 +98,11 @@ class RowStream:
         reader.check(on_error=on_error, columns=columns)
         if columns is not None:
             check_columns(columns, reader.schema().names)
-        self.path, self.mode = self._source.path, self._source.mode
         self._columns = list(columns) if columns is not None else None
         self._plan_opts = {"seed": seed, "shuffle": shuffle, "equalize": equalize}
-        self._rank, self._world_size = dist.detect_rank(rank, world_size)
-        Grid(self._rank, self._world_size)
-        self._worker, self._num_workers = worker, num_workers
-        self._cache_dir, self._cache_limit, self._verify = cache_dir, cache_limit, verify
+        self._place(rank, world_size, worker, num_workers, cache_dir, cache_limit, verify)
         self._fetch_threads, self._on_error = fetch_threads, on_error
-        self._cache: Cache | None = None
-        self._epoch = 0
-        self._pending: dict | None = None
-        self._grid: Grid | None = None
         self._consumed = [0, 0]
-        self._resumed_from: dict | None = None
         self._skipped_before: list[str] = []  # by the pass a same-grid state was saved in
         self._skipped: list[str] = []
 
@@ -126,38 +117,15 @@ class RowStream:
         return s if self._columns is None else pa.schema([s.field(c) for c in self._columns])
 
     @property
-    def cache(self) -> Cache:
-        """This process's handle on the node cache."""
-        if self._cache is None:
-            self._cache = Cache(self._cache_dir, limit_bytes=self._cache_limit, verify=self._verify)
-        return self._cache
-
-    @property
-    def epoch(self) -> int:
-        """The epoch the next pass reads (see `set_epoch`)."""
-        return self._epoch
-
-    @property
     def skipped(self) -> list[str]:
         """Where each record left out so far in this pass lay ("<volume path>, line N"), before a resume too."""
         return self._skipped_before + [s for s in self._skipped if s not in self._skipped_before]
-
-    def grid(self) -> Grid:
-        """This stream's place, with the DataLoader worker detected now."""
-        w, nw = dist.detect_worker(self._worker, self._num_workers)
-        return Grid(self._rank, self._world_size, w, nw)
 
     def runs(self, grid: Grid | None = None) -> list[Run]:
         """The runs of rows this stream reads this epoch, in order (no resume applied)."""
         return _Planner(self._source.reader, self._epoch, self._plan_opts).runs(grid or self.grid(), None)
 
     # -- iteration and resume ----------------------------------------------------
-
-    def set_epoch(self, epoch: int) -> None:
-        """Select the epoch (its shuffle); a pending resume state for another epoch is dropped."""
-        if self._pending is not None and self._pending["epoch"] != epoch:
-            self._pending = None
-        self._epoch = epoch
 
     def tables(self) -> Iterator[pa.Table]:
         """The stream's rows as Arrow tables, in order; each counts as delivered once yielded."""
@@ -175,7 +143,9 @@ class RowStream:
         """(run position in the plan, its next rows), for what is left of this pass's plan."""
         dist.freeze_inherited()
         grid = self.grid()
-        resumed_from, done, self._skipped_before = self._take_pending(grid)
+        resumed_from, mine = self._take_pending(grid)
+        done = list(mine["consumed"]) if mine else [0, 0]
+        self._skipped_before = list(mine.get("skipped", [])) if mine else []
         runs = _Planner(self._source.reader, self._epoch, self._plan_opts).runs(grid, resumed_from)
         self._grid, self._consumed, self._resumed_from = grid, list(done), resumed_from
         self._skipped = []
@@ -211,36 +181,6 @@ class RowStream:
                 "options": dict(self._plan_opts), "grid": [g.rank, g.world_size, g.worker, g.num_workers],
                 "consumed": consumed, "skipped": [] if pending is not None else list(self.skipped),
                 "resumed_from": before}
-
-    def load_state_dict(self, state: dict) -> None:
-        """Resume at the next iteration, from one stream's `state_dict()` (the same grid) or a whole run's
-        `air_core.run_state([...])` (any grid)."""
-        if not isinstance(state, dict) or "epoch" not in state or "fingerprint" not in state:
-            raise StateError(f"not a RowStream state: {state!r:.200}")
-        if state["fingerprint"] != self._source.fingerprint:
-            raise StateError(f"the state was saved over a different listing of {self.path}: the files changed "
-                             "since; resume needs the same files")
-        if state.get("options") != self._plan_opts:
-            raise StateError(f"the state was saved with plan options {state.get('options')}, this stream has "
-                             f"{self._plan_opts}")
-        self._pending = state
-        self._epoch = state["epoch"]
-
-    def _take_pending(self, grid: Grid) -> tuple[dict | None, list[int], list[str]]:
-        """(the run state this pass resumes, [run, row] of its plan already delivered, records skipped so far)."""
-        state, self._pending = self._pending, None
-        if state is None:
-            return None, [0, 0], []
-        if "streams" in state:
-            return state, [0, 0], []
-        saved = Grid(*state["grid"])
-        if saved != grid:
-            raise StateError(f"the state was saved by stream {saved} but this is {grid}: to resume on another grid, "
-                             "load the whole run's state, air_core.run_state([every stream's state_dict()])")
-        return state.get("resumed_from"), list(state["consumed"]), list(state.get("skipped", []))
-
-    def __getstate__(self) -> dict:
-        return {**self.__dict__, "_cache": None}
 
 
 class _Planner:

@@ -13,15 +13,14 @@ from typing import Iterator, Sequence
 from . import dist, options
 from .planning import resume
 from .planning import shares as plan_mod
-from .io.cache import Cache
-from .errors import StateError
 from .grid import Grid
 from .manifest import Manifest
 from .read import DEFAULT_PREFETCH, DEFAULT_PREFETCH_BYTES, ON_ERRORS, CachedFile, OnError, Skipped, default_fetch_threads, without_skips
 from .source import resolve_source
+from .streaming import Stream
 
 
-class FileStream:
+class FileStream(Stream):
     """The files of one (rank, worker) stream of a volume folder, cached on first access.
 
     Iterating yields `CachedFile`s in plan order. Every rank and DataLoader
@@ -93,21 +92,11 @@ class FileStream:
         self._source = resolve_source(path, mode="files", include=include, exclude=exclude, cache_dir=cache_dir,
                                       manifest=manifest)
         self._source.reader.check(balance=balance, on_error=on_error)
-        self.path, self.mode = self._source.path, self._source.mode
         self._plan_opts = {"seed": seed, "shuffle": bool(shuffle), "balance": balance, "equalize": equalize}
-        self._rank, self._world_size = dist.detect_rank(rank, world_size)
-        Grid(self._rank, self._world_size)
-        self._worker, self._num_workers = worker, num_workers
-        self._cache_dir, self._cache_limit, self._verify = cache_dir, cache_limit, verify
+        self._place(rank, world_size, worker, num_workers, cache_dir, cache_limit, verify)
         self._fetch = {"fetch_threads": fetch_threads, "prefetch": prefetch, "prefetch_bytes": prefetch_bytes,
                        "on_error": on_error}
-        self._fingerprint = self._source.fingerprint
-        self._cache: Cache | None = None
-        self._epoch = 0
-        self._pending: dict | None = None
-        self._grid: Grid | None = None
         self._consumed = 0
-        self._resumed_from: dict | None = None
         self.skipped: list[str] = []
 
     # -- what the stream holds -------------------------------------------------
@@ -116,23 +105,6 @@ class FileStream:
     def manifest(self) -> Manifest:
         """The listing this stream plans from (loaded from the cache folder after unpickling)."""
         return self._source.manifest
-
-    @property
-    def cache(self) -> Cache:
-        """This process's handle on the node cache (its `stats` count this process's use)."""
-        if self._cache is None:
-            self._cache = Cache(self._cache_dir, limit_bytes=self._cache_limit, verify=self._verify)
-        return self._cache
-
-    @property
-    def epoch(self) -> int:
-        """The epoch the next pass reads (see `set_epoch`)."""
-        return self._epoch
-
-    def grid(self) -> Grid:
-        """This stream's place, with the DataLoader worker detected now."""
-        w, nw = dist.detect_worker(self._worker, self._num_workers)
-        return Grid(self._rank, self._world_size, w, nw)
 
     def items(self, grid: Grid | None = None) -> list[int]:
         """Manifest indices this stream reads this epoch, in order (no resume applied)."""
@@ -144,16 +116,11 @@ class FileStream:
 
     # -- iteration and resume ----------------------------------------------------
 
-    def set_epoch(self, epoch: int) -> None:
-        """Select the epoch (its shuffle); a pending resume state for another epoch is dropped."""
-        if self._pending is not None and self._pending["epoch"] != epoch:
-            self._pending = None
-        self._epoch = epoch
-
     def __iter__(self) -> Iterator[CachedFile]:
         dist.freeze_inherited()
         grid = self.grid()
-        resumed_from, done = self._take_pending(grid)
+        resumed_from, mine = self._take_pending(grid)
+        done = mine["consumed"] if mine else 0
         items = self._plan(grid, resumed_from)
         self._grid, self._consumed, self._resumed_from = grid, done, resumed_from
         self.skipped = []
@@ -191,55 +158,10 @@ class FileStream:
         return {
             "version": resume.VERSION,
             "epoch": self._epoch,
-            "fingerprint": self._fingerprint,
+            "fingerprint": self._source.fingerprint,
             "options": dict(self._plan_opts),
             "grid": [g.rank, g.world_size, g.worker, g.num_workers],
             "consumed": consumed,
             "skipped": [] if pending is not None else list(self.skipped),
             "resumed_from": before,
         }
-
-    def load_state_dict(self, state: dict) -> None:
-        """Resume at the next iteration.
-
-        Takes either one stream's `state_dict()` (resume on the same grid), or a
-        whole run's state, `air_core.run_state([every stream's state_dict()])`,
-        which resumes on any grid (see `air_core.planning.resume` for who reads the rest).
-        """
-        if not isinstance(state, dict) or "epoch" not in state or "fingerprint" not in state:
-            raise StateError(f"not a FileStream state: {state!r:.200}")
-        if state["fingerprint"] != self._fingerprint:
-            raise StateError(
-                f"the state was saved over a different listing of {self.path} (fingerprint "
-                f"{state['fingerprint']} vs {self._fingerprint}): the folder changed since; "
-                "resume needs the same files"
-            )
-        state = resume.upgrade(state)
-        if state.get("options", self._plan_opts) != self._plan_opts:
-            raise StateError(
-                f"the state was saved with plan options {state['options']}, this stream has {self._plan_opts}"
-            )
-        if "streams" in state and any(s.get("epoch", state["epoch"]) != state["epoch"] for s in state["streams"]):
-            raise StateError("a run state's streams must all be from its epoch")
-        self._pending = state
-        self._epoch = state["epoch"]
-
-    def _take_pending(self, grid: Grid) -> tuple[dict | None, int]:
-        """(the run state this pass resumes, items of its plan already delivered)."""
-        state, self._pending = self._pending, None
-        if state is None:
-            return None, 0
-        if "streams" in state:
-            return state, 0
-        saved = Grid(*state["grid"])
-        if saved != grid:
-            raise StateError(
-                f"the state was saved by stream {saved} but this is {grid}: to resume on another grid, "
-                "load the whole run's state, air_core.run_state([every stream's state_dict()])"
-            )
-        return state.get("resumed_from"), state["consumed"]
-
-    # -- pickling: the source carries its listing's file, not the listing ---------
-
-    def __getstate__(self) -> dict:
-        return {**self.__dict__, "_cache": None}
