@@ -18,6 +18,7 @@ from .planning import shares as plan_mod
 from .errors import OptionError, StateError
 from .grid import Grid
 from .read import ON_ERRORS, OnError, TableReader, default_fetch_threads
+from .read.row_groups import within
 from .planning.runs import Run, deal_bytes, deal_rows, remainder
 from .source import check_columns, resolve_source
 from .streaming import Stream
@@ -162,9 +163,9 @@ class RowStream(Stream):
                 self._consumed[:] = [first + k, 0]
             run, before = left[k], seen[k]  # the table holds the piece's rows [before, before + its rows)
             seen[k] += table.num_rows
-            a, b = max(run.lo, before), seen[k] if run.hi is None else min(run.hi, seen[k])
-            if a < b:
-                yield first + k, table.slice(a - before, b - a)
+            rows = within(table, before, run.lo, run.hi)
+            if rows.num_rows:
+                yield first + k, rows
         self._consumed[:] = [first + len(left), 0]
 
     def state_dict(self) -> dict:

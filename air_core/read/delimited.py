@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import csv
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 from ..errors import OptionError, RecordError
 from ..io.fetch import ordered_map
@@ -33,7 +33,7 @@ class CsvFormat(Format):
     schema: pa.Schema
     delimiter: str
     columns: tuple[str, ...] | None = None
-    header = True
+    header: ClassVar[bool] = True
 
     def parse(self, data: bytes, *, first: bool) -> pa.Table:
         import pyarrow as pa

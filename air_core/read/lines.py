@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 import zlib
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Iterator, Sequence
+from typing import TYPE_CHECKING, ClassVar, Iterator, Sequence
 
 import numpy as np
 
@@ -31,7 +31,7 @@ from ..planning.rows import RowSlice, unit_of
 from . import line_spans
 from .line_spans import TAIL_BYTES, Span, first_record, spans, tail_end
 from .reader import TableReader
-from .row_groups import CountedPart, CountedUnits, localize
+from .row_groups import CountedPart, CountedUnits, localize, within
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -56,7 +56,12 @@ class Format:
     """How a run of whole records of one format parses into a table; small, it travels with a read task.
 
     Subclasses are frozen dataclasses with a `columns` field: the columns to parse, None for all.
+
+    Attributes:
+        header: a file's first line is a header, not a record (CSV).
     """
+
+    header: ClassVar[bool] = False
 
     def select(self, columns: Sequence[str] | None) -> Format:
         """This format, parsing `columns` alone (None: as it is)."""
@@ -65,6 +70,10 @@ class Format:
     def parse(self, data: bytes, *, first: bool) -> pa.Table:
         """The records in `data` (whole records, newline-separated); `first`: it starts at its file's start."""
         raise NotImplementedError
+
+    def explain(self, line: bytes) -> str | None:
+        """What is wrong with one record that does not parse, in the user's words; None: the parser's say."""
+        return None
 
 
 class LinesReader(CountedUnits, TableReader):
@@ -207,11 +216,7 @@ def read_spans(manifest: Manifest, pieces: Sequence[Piece], cache: Cache, fmt: F
             if hi is not None and done >= hi:
                 break
             table = _parse(fmt, _Where(manifest, unit, base, lines, local_root), data, on_error, skipped)
-            rows = table.num_rows
-            if lo > done or (hi is not None and hi < done + rows):
-                table = table.slice(max(0, lo - done), (rows if hi is None else min(rows, hi - done)) -
-                                    max(0, lo - done))
-            done += rows
+            table, done = within(table, done, lo, hi), done + table.num_rows
             if shuffle and table.num_rows > 1:
                 # Seeded by the file's name, not its place in a listing: a Ray task's part renumbers its files.
                 rng = np.random.default_rng((seed, epoch, zlib.crc32(manifest.paths[unit.file].encode()), unit.index,
@@ -352,14 +357,14 @@ def _bad_lines(fmt: Format, data: bytes, first: bool, error: Exception) -> list[
     """Every line of `data` that does not parse, with why: found by halving, a parse per step."""
     lines = _line_starts(data)
     bounds = lines + [len(data)]
-    header = 1 if first and getattr(fmt, "header", False) else 0
+    header = 1 if first and fmt.header else 0
 
     def ok(lo: int, hi: int) -> bool:
         chunk = (data[:bounds[1]] if header and lo else b"") + data[bounds[lo]:bounds[hi]]
         try:
             fmt.parse(chunk, first=first and (lo == 0 or bool(header)))
             return True
-        except (Exception,):
+        except Exception:  # noqa: BLE001 - any failure of the parser marks the lines bad
             return False
 
     bad: list[tuple[int, str]] = []
@@ -381,9 +386,9 @@ def _bad_lines(fmt: Format, data: bytes, first: bool, error: Exception) -> list[
 
 
 def _why(fmt: Format, line: bytes, first: bool, error: Exception) -> str:
-    explain = getattr(fmt, "explain", None)
-    if explain is not None:
-        return explain(line)
+    explained = fmt.explain(line)
+    if explained is not None:
+        return explained
     try:
         fmt.parse(line, first=first)
     except Exception as e:  # noqa: BLE001 - the parser's own words are the message

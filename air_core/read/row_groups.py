@@ -23,6 +23,8 @@ from ..planning.rows import RowGroup, RowSlice, deal_rows, piece_bytes, split_ro
 from .reader import Part
 
 if TYPE_CHECKING:
+    import pyarrow as pa
+
     from ..planning.shares import Equalize
 
 
@@ -149,3 +151,11 @@ class CountedPart(Part):
     @property
     def input_files(self) -> list[str]:
         return [f"{self.root}/{r[0]}" for r in self.listing]
+
+
+def within(table: pa.Table, before: int, lo: int, hi: int | None) -> pa.Table:
+    """The rows of `table` that lie in [lo, hi) (`hi` None: to the end) of a sequence of rows, the table holding
+    its rows [before, before + len): all of it, a slice, or none."""
+    n = table.num_rows
+    a, b = max(lo, before), before + n if hi is None else min(hi, before + n)
+    return table if (a, b) == (before, before + n) else table.slice(a - before, max(0, b - a))
