@@ -126,11 +126,13 @@ class FileStream(Stream):
         self.skipped = []
         fetch = dict(self._fetch)
         fetch["fetch_threads"] = fetch["fetch_threads"] or default_fetch_threads(grid.num_workers)
-        records = self._positions(self._source.reader.read_files(items[done:], self.cache, **fetch))
-        if fetch["on_error"] == "raise":  # nothing is skipped: one generator less per file
-            yield from records  # type: ignore[misc]
+        records = self._source.reader.read_files(items[done:], self.cache, **fetch)
+        if fetch["on_error"] == "raise":  # nothing is skipped: the count is all a warm item needs here
+            for r in records:
+                self._consumed += 1
+                yield r
         else:
-            yield from without_skips(records, keep_count=self._plan_opts["equalize"] != "none")
+            yield from without_skips(self._positions(records), keep_count=self._plan_opts["equalize"] != "none")
 
     def _plan(self, grid: Grid, resumed_from: dict | None) -> list[int]:
         """This stream's items after resuming the run `resumed_from`."""

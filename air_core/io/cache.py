@@ -68,7 +68,7 @@ from array import array
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Callable, Iterator
+from typing import Callable, Iterator, Sequence
 
 import numpy as np
 import xxhash
@@ -218,6 +218,24 @@ class Cache:
                 self.stats.hits += 1
             return entry
         return None
+
+    def lookup_run(self, keys: Sequence[tuple[str, int, int]]) -> list[str]:
+        """`lookup` of whole files `(volume_path, size, mtime_ns)` in order, up to the first that has no sound copy.
+
+        One call and one count for a run of hits: a warm epoch asks this for
+        every file, so the per-file work is only the key's path and the `stat`
+        that checks its length. The files from the first miss on are left to
+        the caller, unlooked-at.
+        """
+        objects, fault, found = self._objects, self._fault, []
+        for v, size, t in keys:
+            entry = _entry_path(objects, v, size, t, None)
+            if fault(entry, size) is not None:
+                break
+            found.append(entry)
+        with self._lock:
+            self.stats.hits += len(found)
+        return found
 
     def get(self, source: str, volume_path: str, size: int, mtime_ns: int, span: Span | None = None) -> str | None:
         """The cached copy's path, fetching `source` first if needed; None if not admitted.

@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import os
 from dataclasses import dataclass
-from itertools import islice
+from itertools import chain, islice
 from typing import TYPE_CHECKING, Iterable, Iterator, Literal, NamedTuple, Sequence
 
 import numpy as np
@@ -167,24 +167,41 @@ def read_items(
         entry = cache.lookup(vpath, size, mtime)
         return None if entry is None else CachedFile(vpath, entry, size, i)
 
-    return ordered_map(fetch, _rows(manifest, items), threads=fetch_threads,
-                       max_ahead=prefetch, max_bytes=prefetch_bytes, quick=hit)
+    def hits_then_reads() -> Iterator[CachedFile | Skipped]:
+        # A warm epoch is runs of hits: those are yielded straight from one lookup per chunk, without the
+        # window of reads ahead, which costs more than the hit itself (a warm item ~2.5 us instead of ~4.3).
+        # From the first miss on, `ordered_map` reads ahead as usual, its `quick` still taking hits inline.
+        chunks = _chunks(manifest, items)
+        for chunk in chunks:
+            vpaths = [f"{root}/{path}" for _, path, _, _ in chunk]
+            found = cache.lookup_run([(v, size, mtime) for v, (_, _, size, mtime) in zip(vpaths, chunk)])
+            for v, entry, (i, _, size, _) in zip(vpaths, found, chunk):
+                yield _new_tuple(CachedFile, (v, entry, size, i, True, None))
+            if len(found) == len(chunk):
+                continue
+            rest = chain(chunk[len(found):], (row for later in chunks for row in later))
+            yield from ordered_map(fetch, ((row, row[2]) for row in rest), threads=fetch_threads,
+                                   max_ahead=prefetch, max_bytes=prefetch_bytes, quick=hit)
+            return
+
+    return hits_then_reads()
 
 
 Row = tuple[int, str, int, int]  # (manifest index, relative path, size, mtime_ns)
 _ROWS_AT_ONCE = 128
+_new_tuple = tuple.__new__  # a named tuple's own constructor is a Python function: too slow for a warm item
 
 
-def _rows(manifest: Manifest, items: Iterable[int]) -> Iterator[tuple[Row, int]]:
-    """(row, size) of each item, its path and numbers decoded `_ROWS_AT_ONCE` items at a time.
+def _chunks(manifest: Manifest, items: Iterable[int]) -> Iterator[list[Row]]:
+    """The rows of `items`, up to `_ROWS_AT_ONCE` at a time: one decode and one conversion per chunk, not per file.
 
-    One decode and one conversion per chunk rather than per file: a warm
-    pass costs a `stat` and little else per file.
+    The first chunks are small, doubling, so that a pass's first file comes
+    after a few lookups, not a hundred (a DataLoader's first batch waits for it).
     """
-    it = iter(items)
-    while chunk := list(islice(it, _ROWS_AT_ONCE)):
-        for i, (path, size, mtime) in zip(chunk, manifest.rows(chunk)):
-            yield (i, path, size, mtime), size
+    it, n = iter(items), 4
+    while chunk := list(islice(it, n)):
+        yield [(i, path, size, mtime) for i, (path, size, mtime) in zip(chunk, manifest.rows(chunk))]
+        n = min(2 * n, _ROWS_AT_ONCE)
 
 
 @register
