@@ -12,20 +12,35 @@ files into Parquet shards that every front door reads as the loose files
 (`air_core.pack`, which loads pyarrow when it runs).
 """
 
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
 from .io.cache import Cache, CacheStats, default_dir, entry_path_length
 from .dist import detect_rank, detect_worker, freeze_inherited
 from .errors import AirError, EmptyVolumeError, FetchError, ManifestMismatchError, OptionError, ParquetError, StateError, VolumePathError
 from .grid import Grid
-from .io.listing import list_folder
 from .manifest import Manifest
 from .planning.shares import BALANCES, EQUALIZES, Balance, Equalize, epoch_order, rank_share, rank_shares, snake
 from .planning.resume import run_state
-from .packs.write import PackResult, pack
-from .planning.rows import RowGroup, RowSlice, split_rows, unit_of
-from .source import MODES, Mode, Source, check_columns, resolve_source
 from .read import DEFAULT_FETCH_THREADS, DEFAULT_PREFETCH, DEFAULT_PREFETCH_BYTES, ON_ERRORS, CachedFile, OnError, Skipped, default_fetch_threads, read_items, without_skips
-from .row_stream import RowStream
-from .stream import FileStream
+
+if TYPE_CHECKING:
+    from .delta import export_delta
+    from .io.listing import list_folder
+    from .packs.write import PackResult, pack
+    from .planning.rows import RowGroup, RowSlice, split_rows, unit_of
+    from .row_stream import RowStream
+    from .source import MODES, Mode, Source, check_columns, resolve_source
+    from .stream import FileStream
+
+# Loaded on first use: a Ray or DataLoader worker that reads what a driver planned needs the cache and the
+# readers, not the doors, the listing or the packer (nor pyarrow or deltalake, which some of these load).
+_LAZY = {
+    "export_delta": ".delta", "list_folder": ".io.listing", "PackResult": ".packs.write", "pack": ".packs.write",
+    "RowGroup": ".planning.rows", "RowSlice": ".planning.rows", "split_rows": ".planning.rows",
+    "unit_of": ".planning.rows", "RowStream": ".row_stream", "MODES": ".source", "Mode": ".source",
+    "Source": ".source", "check_columns": ".source", "resolve_source": ".source", "FileStream": ".stream",
+}
 
 __all__ = [
     "AirError", "BALANCES", "Balance", "Cache", "CacheStats", "CachedFile", "DEFAULT_FETCH_THREADS",
@@ -38,10 +53,14 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str):
-    # Lazily, so that importing air_core loads neither pyarrow nor deltalake.
-    if name == "export_delta":
-        from .delta import export_delta
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(import_module(module, __name__), name)
+    globals()[name] = value
+    return value
 
-        return export_delta
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))

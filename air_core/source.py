@@ -31,7 +31,7 @@ from .io.cache import Cache
 from .errors import ManifestMismatchError, OptionError
 from .io.listing import list_folder
 from .manifest import Manifest
-from .read import READERS, Reader
+from .read import Reader, reader_class, readers
 
 T = TypeVar("T")
 
@@ -77,7 +77,7 @@ class Source:
     @property
     def reader(self) -> Reader:
         """The reader of this source's format: how every front door plans and reads it."""
-        return READERS[self.mode](self)
+        return reader_class(self.mode)(self)
 
     @property
     def manifest(self) -> Manifest:
@@ -219,7 +219,7 @@ def _finish(source: Source) -> Source:
     reader = source.reader
     for name in source.options:
         if name not in reader.takes:
-            modes = [m for m, r in READERS.items() if name in r.takes]
+            modes = [m for m, r in readers().items() if name in r.takes]
             raise OptionError(f"{name}= applies to mode {' or '.join(repr(m) for m in modes)}: {source.given} is "
                               f"read in mode {source.mode!r}")
     reader.validate()
@@ -269,7 +269,7 @@ def _mode(manifest: Manifest, mode: str) -> str:
     if mode == "files":
         return "files"
     if mode != "auto":
-        reader = READERS[mode]
+        reader = reader_class(mode)
         suffixes = reader.suffixes(given=True)
         if suffixes is not None:
             ours = _having(manifest, suffixes)
@@ -278,7 +278,7 @@ def _mode(manifest: Manifest, mode: str) -> str:
                 raise OptionError(f"mode={mode!r} but {manifest.root} holds other files ({other}): "
                                   f"{_select(reader, suffixes)}")
         return mode
-    for name, reader in READERS.items():
+    for name, reader in readers().items():
         suffixes = reader.suffixes(given=False)
         if not suffixes:
             continue

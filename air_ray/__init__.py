@@ -6,7 +6,28 @@
     path = air_ray.local_path(row)   # a files-mode row's file, valid on whichever node asks
 """
 
-from .datasource import UCVolumeDatasource, read_uc_volume
-from .rows import local_path
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .datasource import UCVolumeDatasource, read_uc_volume
+    from .rows import local_path
+
+# Loaded on first use: a read task unpickled on a worker imports this package for `air_ray.task_read`,
+# and needs none of the driver's planning.
+_LAZY = {"UCVolumeDatasource": ".datasource", "read_uc_volume": ".datasource", "local_path": ".rows"}
 
 __all__ = ["UCVolumeDatasource", "local_path", "read_uc_volume"]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(import_module(module, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))

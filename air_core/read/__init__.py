@@ -2,23 +2,43 @@
 
 `Source.reader` gives the reader of a source's mode; every front door plans
 and reads through it and never asks which format it has. A format is one
-module here: a `FileRowsReader` or `TableReader` subclass registered with
-`@register` (see `reader`).
+module here, a `FileRowsReader` or `TableReader` subclass, named in
+`FORMATS`. Its module is loaded when its mode is first asked for, so a Ray or
+DataLoader worker that reads one format loads only that one.
 """
 
-from .files import DEFAULT_FETCH_THREADS, DEFAULT_PREFETCH, DEFAULT_PREFETCH_BYTES, ON_ERRORS, CachedFile, FilesReader, OnError, Skipped, default_fetch_threads, read_items, without_skips
-from .pack import PackReader
-from .parquet import ParquetReader
-from .reader import READERS, FileRowsReader, Part, Reader, TableReader, register
-from .jsonl import JsonReader
-from .delimited import CsvReader
-from .text import TextReader
-from .lines import LinesReader
-from .webdataset import WebDatasetReader
+from __future__ import annotations
+
+from importlib import import_module
+
+from .files import DEFAULT_FETCH_THREADS, DEFAULT_PREFETCH, DEFAULT_PREFETCH_BYTES, ON_ERRORS, CachedFile, OnError, Skipped, default_fetch_threads, read_items, without_skips
+from .reader import FileRowsReader, Part, Reader, TableReader
+
+# mode -> "module:class" of its reader; mode="auto" tries them in this order.
+FORMATS = {
+    "files": "files:FilesReader",
+    "pack": "pack:PackReader",
+    "parquet": "parquet:ParquetReader",
+    "json": "jsonl:JsonReader",
+    "csv": "delimited:CsvReader",
+    "text": "text:TextReader",
+    "webdataset": "webdataset:WebDatasetReader",
+}
+
+
+def reader_class(mode: str) -> type[Reader]:
+    """The reader of `mode` (a key of `FORMATS`), its module loaded on first use."""
+    module, name = FORMATS[mode].split(":")
+    return getattr(import_module(f"{__name__}.{module}"), name)
+
+
+def readers() -> dict[str, type[Reader]]:
+    """Every format's reader by mode, in the order mode="auto" tries them."""
+    return {mode: reader_class(mode) for mode in FORMATS}
+
 
 __all__ = [
-    "CsvReader", "DEFAULT_FETCH_THREADS", "DEFAULT_PREFETCH", "DEFAULT_PREFETCH_BYTES", "FileRowsReader", "FilesReader",
-    "JsonReader", "LinesReader", "TextReader",
-    "ON_ERRORS", "OnError", "PackReader", "ParquetReader", "Part", "READERS", "Reader", "TableReader", "CachedFile",
-    "Skipped", "WebDatasetReader", "default_fetch_threads", "read_items", "register", "without_skips",
+    "DEFAULT_FETCH_THREADS", "DEFAULT_PREFETCH", "DEFAULT_PREFETCH_BYTES", "FORMATS", "FileRowsReader", "ON_ERRORS",
+    "OnError", "Part", "Reader", "TableReader", "CachedFile", "Skipped", "default_fetch_threads", "read_items",
+    "reader_class", "readers", "without_skips",
 ]

@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING, ClassVar
 from ..errors import OptionError, RecordError
 from ..io.fetch import ordered_map
 from .lines import Format, LinesReader, compression
-from .reader import register
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -54,7 +53,6 @@ class CsvFormat(Format):
         )
 
 
-@register
 class CsvReader(LinesReader):
     """CSV and TSV files of one header: a row per record."""
 

@@ -21,7 +21,7 @@ from ..io.cache import Cache, read_bytes, read_fd
 from ..errors import FetchError
 from ..io.fetch import ordered_map, retrying
 from ..manifest import Manifest
-from .reader import FileRowsPart, FileRowsReader, register
+from .reader import FileRowsPart, FileRowsReader
 
 if TYPE_CHECKING:
     from ..grid import Grid
@@ -204,7 +204,6 @@ def _chunks(manifest: Manifest, items: Iterable[int]) -> Iterator[list[Row]]:
         n = min(2 * n, _ROWS_AT_ONCE)
 
 
-@register
 class FilesReader(FileRowsReader):
     """Loose files: the units are files, balanced by bytes, each fetched whole into the node cache."""
 

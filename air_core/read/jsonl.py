@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING
 
 from ..errors import RecordError
 from .lines import Format, LinesReader
-from .reader import register
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -82,7 +81,6 @@ class JsonFormat(Format):
         return None
 
 
-@register
 class JsonReader(LinesReader):
     """JSON Lines files: a row per object, its fields as columns."""
 

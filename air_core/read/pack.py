@@ -15,7 +15,7 @@ from ..packs import plan as pack_plan, read as pack_read, store as pack_store
 from ..manifest import Manifest
 from ..planning.rows import RowGroup, RowSlice
 from .files import CachedFile, FilesReader
-from .reader import FileRowsPart, FileRowsReader, register
+from .reader import FileRowsPart, FileRowsReader
 from .row_groups import RowGroupPieces
 
 if TYPE_CHECKING:
@@ -27,7 +27,6 @@ _LOOSE_ONLY = ("loose files: {path} is a pack, read a row group at a time: its s
                "groups, by count, and an unreadable shard cannot be skipped file by file")
 
 
-@register
 class PackReader(RowGroupPieces, FileRowsReader):
     """The files of a pack, in its shards' row groups."""
 

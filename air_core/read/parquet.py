@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Iterable, Iterator, Sequence
 from ..errors import EmptyVolumeError, ParquetError
 from ..manifest import Manifest
 from ..planning.rows import RowGroup, RowSlice, piece_bytes, unit_of
-from .reader import Part, TableReader, register
+from .reader import Part, TableReader
 from .row_groups import RowGroupPieces, localize
 
 if TYPE_CHECKING:
@@ -25,7 +25,6 @@ _FILES_ONLY = ("files mode: {path} is read as Parquet, whose rows are the tables
                "rows of the table); pass mode='files' to read Parquet files as files")
 
 
-@register
 class ParquetReader(RowGroupPieces, TableReader):
     """The rows of a tree of Parquet files of one schema, hive partition folders kept as string columns."""
 

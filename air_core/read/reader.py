@@ -11,8 +11,8 @@ Two kinds of rows: a row per file (a `FileRowsReader`: loose files, a
 pack's files), which each door turns into its own row type (HF features
 with `decode=`, Ray's `bytes` column, torch paths), or the format's own rows
 (a `TableReader`: a table's, with a schema), which pass through. A new
-format is a subclass of one of them in a module of its own, registered with
-`@register`.
+format is a subclass of one of them in a module of its own, named in
+`air_core.read.FORMATS`.
 """
 
 from __future__ import annotations
@@ -33,19 +33,11 @@ if TYPE_CHECKING:
     from ..source import Source
     from .files import CachedFile, Skipped
 
-READERS: dict[str, type[Reader]] = {}
-
 # What each option a door may pass to `check` means when left as it is: such a value is never refused.
 _UNSET: dict[str, tuple[Any, ...]] = {
     "on_error": ("raise",), "balance": ("bytes",), "decode": ("path",), "labels": (False,),
     "include_bytes": (None, False), "columns": (None,),
 }
-
-
-def register(cls: type[Reader]) -> type[Reader]:
-    """Make `cls` the reader of its `mode`."""
-    READERS[cls.mode] = cls
-    return cls
 
 
 class Reader:

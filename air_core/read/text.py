@@ -15,7 +15,6 @@ import numpy as np
 
 from .. import options
 from .lines import Format, LinesReader
-from .reader import register
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -60,7 +59,6 @@ def _lines(data: bytes) -> pa.Array:
     return pc.utf8_rtrim(lines, characters="\r\n").cast(pa.string())
 
 
-@register
 class TextReader(LinesReader):
     """Text files: a row per line (or paragraph, or file) in a `text` column."""
 

@@ -39,7 +39,7 @@ from ..errors import EmptyVolumeError, RecordError
 from ..manifest import Manifest
 from ..planning.rows import RowSlice, unit_of
 from .files import CachedFile, Skipped, read_items
-from .reader import TableReader, register
+from .reader import TableReader
 from .row_groups import CountedPart, CountedUnits, localize
 
 if TYPE_CHECKING:
@@ -108,7 +108,6 @@ class TarFormat:
         return [self.schema.field(n) for n in names]
 
 
-@register
 class WebDatasetReader(CountedUnits, TableReader):
     """WebDataset `.tar` shards: a row per sample (`__key__`, `__url__`, a column per member extension).
 

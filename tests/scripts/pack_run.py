@@ -13,8 +13,7 @@ import signal
 import sys
 
 import air_core
-
-pack_module = sys.modules["air_core.packs.write"]
+from air_core.packs import write as pack_module
 src, dst, shard_size = sys.argv[1], sys.argv[2], int(sys.argv[3])
 kill_at = int(sys.argv[4]) if len(sys.argv) > 4 else None
 copy = pack_module._copy_onto_volume
