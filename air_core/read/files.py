@@ -142,11 +142,23 @@ def read_items(
     `Skipped` in its place (see `without_skips`).
     """
     local_root = local_root or volume.parse(manifest.root).local
-    root = manifest.root
+    return read_rows(_rows(manifest, items, local_root), cache, fetch_threads=fetch_threads, prefetch=prefetch,
+                     prefetch_bytes=prefetch_bytes, on_error=on_error)
+
+
+def read_rows(
+    rows: Iterable[tuple[Row, int]],
+    cache: Cache,
+    *,
+    fetch_threads: int = DEFAULT_FETCH_THREADS,
+    prefetch: int = DEFAULT_PREFETCH,
+    prefetch_bytes: int = DEFAULT_PREFETCH_BYTES,
+    on_error: OnError = "raise",
+) -> Iterator[CachedFile | Skipped]:
+    """`read_items` of files given as (row, size) pairs, which may come from several listings (a mixture's)."""
 
     def fetch(item: Row) -> CachedFile:
-        i, path, size, mtime = item
-        vpath, src = f"{root}/{path}", f"{local_root}/{path}"
+        i, vpath, src, size, mtime = item
 
         def once() -> CachedFile:
             entry = cache.get(src, vpath, size, mtime)
@@ -162,29 +174,28 @@ def read_items(
             return Skipped(vpath, i, str(e))
 
     def hit(item: Row) -> CachedFile | None:
-        i, path, size, mtime = item
-        vpath = f"{root}/{path}"
+        i, vpath, _, size, mtime = item
         entry = cache.lookup(vpath, size, mtime)
         return None if entry is None else CachedFile(vpath, entry, size, i)
 
-    return ordered_map(fetch, _rows(manifest, items), threads=fetch_threads,
-                       max_ahead=prefetch, max_bytes=prefetch_bytes, quick=hit)
+    return ordered_map(fetch, rows, threads=fetch_threads, max_ahead=prefetch, max_bytes=prefetch_bytes, quick=hit)
 
 
-Row = tuple[int, str, int, int]  # (manifest index, relative path, size, mtime_ns)
-_ROWS_AT_ONCE = 128
+Row = tuple[int, str, str, int, int]  # (index, volume path, local path, size, mtime_ns)
+ROWS_AT_ONCE = 128
 
 
-def _rows(manifest: Manifest, items: Iterable[int]) -> Iterator[tuple[Row, int]]:
-    """(row, size) of each item, its path and numbers decoded `_ROWS_AT_ONCE` items at a time.
+def _rows(manifest: Manifest, items: Iterable[int], local_root: str) -> Iterator[tuple[Row, int]]:
+    """(row, size) of each item, its path and numbers decoded `ROWS_AT_ONCE` items at a time.
 
     One decode and one conversion per chunk rather than per file: a warm
     pass costs a `stat` and little else per file.
     """
     it = iter(items)
-    while chunk := list(islice(it, _ROWS_AT_ONCE)):
+    root = manifest.root
+    while chunk := list(islice(it, ROWS_AT_ONCE)):
         for i, (path, size, mtime) in zip(chunk, manifest.rows(chunk)):
-            yield (i, path, size, mtime), size
+            yield (i, f"{root}/{path}", f"{local_root}/{path}", size, mtime), size
 
 
 @register

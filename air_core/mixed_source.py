@@ -1,0 +1,182 @@
+"""A mixture: several volume folders read as one stream, each with its share of every epoch.
+
+`resolve_sources` checks what a front door is given as `sources=` (a list of
+dicts: each a folder's `path`, its selection, and one weight) and resolves
+every folder as `resolve_source` does one. The `MixedSource` it returns
+plans and reads like a `Source` of loose files: its listing is the sources'
+listings end to end (an item is its position there), each epoch's items are
+`air_core.planning.mixture`'s, and they are dealt over ranks and workers,
+shuffled and resumed by the planners every stream uses.
+
+Mixtures read loose files (mode "files"); other modes are refused so far.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from itertools import islice
+from typing import Any, Iterable, Iterator, Mapping, Sequence
+
+import numpy as np
+
+from . import options, volume
+from .errors import OptionError
+from .grid import Grid
+from .io.cache import Cache
+from .planning import mixture, resume
+from .planning import shares as plan_mod
+from .read.files import ROWS_AT_ONCE, CachedFile, OnError, Row, Skipped, read_rows
+from .source import Source, resolve_source
+
+# What a source of a mixture may say besides its weight: the selection of its folder's files.
+SOURCE_OPTIONS = ("path", "include", "exclude", "file_extensions", "mode")
+_EPOCHS_HELD = 2
+
+
+def resolve_sources(sources: Sequence[Mapping[str, Any]], *, epoch_size: int | None = None,
+                    cache_dir: str | None = None) -> MixedSource:
+    """Check and resolve a mixture's `sources` (see `air_core.FileStream`).
+
+    Raises:
+        OptionError: a source that is not a dict with a `path`, an unknown key,
+            no weight or two, weights of different kinds, a weight out of range,
+            `epoch_size` with `repeat` or `choose`, a source not of loose files.
+        VolumePathError, EmptyVolumeError: a source folder that is missing or empty
+            (naming it), as for one folder.
+    """
+    if isinstance(sources, (str, Mapping)) or not isinstance(sources, Sequence) or not sources:
+        raise OptionError(f"sources={sources!r:.200}: give a non-empty list of dicts, each with a 'path' and one of "
+                          f"{mixture.WEIGHTS}, e.g. [{{'path': '/Volumes/c/s/v/chat', 'proportion': 0.6}}, ...]")
+    kinds: list[tuple[str, str]] = []
+    resolved, weights = [], []
+    for i, spec in enumerate(sources):
+        name = f"sources[{i}]"
+        if not isinstance(spec, Mapping) or not isinstance(spec.get("path"), str):
+            raise OptionError(f"{name}={spec!r:.200}: give a dict with the folder's 'path' (a str) and its weight")
+        name = f"sources[{i}] ({spec['path']})"
+        if "delta_table" in spec or "delta_version" in spec:
+            raise OptionError(f"{name}: a mixture reads loose files (mode 'files') so far; a Delta table's rows "
+                              "are not mixed yet")
+        options.reject_unknown(spec, SOURCE_OPTIONS + mixture.WEIGHTS, what=f"a source of a mixture, {name}")
+        given = [k for k in mixture.WEIGHTS if k in spec]
+        if len(given) != 1:
+            raise OptionError(f"{name}: give exactly one weight, one of {mixture.WEIGHTS}"
+                              + (f" (it has {given})" if given else ""))
+        kinds.append((given[0], name))
+        if given[0] != kinds[0][0]:
+            raise OptionError(f"{kinds[0][1]} has a {kinds[0][0]!r} but {name} a {given[0]!r}: give every source "
+                              "of a mixture the same kind of weight")
+        source = resolve_source(spec["path"], mode=spec.get("mode", "files"), include=spec.get("include"),
+                                exclude=spec.get("exclude"), file_extensions=spec.get("file_extensions"),
+                                cache_dir=cache_dir)
+        if source.mode != "files":
+            raise OptionError(f"{name} is read in mode {source.mode!r}: a mixture reads loose files (mode 'files') "
+                              "so far; give mode='files', or read it on its own")
+        resolved.append(source)
+        weights.append(spec[given[0]])
+    return MixedSource(resolved, kinds[0][0], weights, epoch_size, [name for _, name in kinds])
+
+
+class MixedSource:
+    """Several sources read as one (make one with `resolve_sources`); it stands where a `Source` of loose files does.
+
+    Attributes:
+        sources: the resolved sources, in the order given.
+        kind, weights, epoch_size: the mixture's weights, as given.
+        counts: the items each source gives every epoch.
+        path: the sources' folders, for messages.
+        mode: "files".
+        fingerprint: a digest of the sources' listings and the weights: a state
+            saved over another mixture is refused.
+    """
+
+    mode = "files"
+
+    def __init__(self, sources: list[Source], kind: mixture.Weight, weights: list[float], epoch_size: int | None,
+                 names: list[str]) -> None:
+        self.sources, self.kind, self.weights, self.epoch_size = sources, kind, weights, epoch_size
+        sizes = [len(s.manifest) for s in sources]
+        self.counts = mixture.source_counts(sizes, kind, weights, epoch_size=epoch_size, names=names)
+        self.path = "[" + ", ".join(s.path for s in sources) + "]"
+        described = json.dumps([[s.fingerprint for s in sources], kind, weights, epoch_size])
+        self.fingerprint = hashlib.sha256(described.encode()).hexdigest()[:16]
+        self._epochs: dict[tuple[int, int], mixture.Epoch] = {}
+
+    def __repr__(self) -> str:
+        return f"MixedSource({self.path}, {self.kind}={self.weights}, fingerprint={self.fingerprint!r})"
+
+    @property
+    def reader(self) -> MixtureReader:
+        """How a stream plans and reads the mixture."""
+        return MixtureReader(self)
+
+    @property
+    def manifest(self):
+        raise OptionError(f"a mixture has a listing per source, not one: read each of {self.path} with "
+                          "air_core.resolve_source(path).manifest")
+
+    def epoch(self, epoch: int, seed: int) -> mixture.Epoch:
+        """The items of `epoch` (kept for the last few epochs asked: a pass plans, counts and reads one)."""
+        key = (epoch, seed)
+        if key not in self._epochs:
+            while len(self._epochs) >= _EPOCHS_HELD:
+                del self._epochs[next(iter(self._epochs))]
+            manifests = [s.manifest for s in self.sources]
+            self._epochs[key] = mixture.Epoch([m.sizes for m in manifests], self.counts, epoch=epoch, seed=seed,
+                                              by_size=[m.largest_first for m in manifests])
+        return self._epochs[key]
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "_epochs": {}}
+
+
+class MixtureReader:
+    """The mixture's `FileRowsReader` methods a `FileStream` uses: its items are positions in the mixture's listing."""
+
+    def __init__(self, mixed: MixedSource) -> None:
+        self.mixed = mixed
+
+    def check(self, **opts: Any) -> None:
+        """Refuse what some source's reader refuses."""
+        for source in self.mixed.sources:
+            source.reader.check(**opts)
+
+    def plan(self, grid: Grid, resumed_from: dict | None, *, epoch: int, seed: int, shuffle: bool, balance: str,
+             equalize: plan_mod.Equalize) -> list[int]:
+        """The items one stream reads in `epoch` after resuming the run `resumed_from`."""
+        ep = self.mixed.epoch(epoch, seed)
+        slots = resume.plan(ep.sizes, grid, resumed_from, epoch=epoch, seed=seed, shuffle=shuffle, balance=balance,
+                            equalize=equalize, deal_order=ep.deal_order if balance == "bytes" else None)
+        return ep.items[np.asarray(slots, dtype=np.int64)].tolist()
+
+    def rank_count(self, rank: int, world_size: int, *, epoch: int, seed: int, shuffle: bool, balance: str,
+                   equalize: plan_mod.Equalize) -> int:
+        """How many items `rank` reads in `epoch`."""
+        ep = self.mixed.epoch(epoch, seed)
+        order = plan_mod.Epoch(ep.sizes, epoch=epoch, seed=seed, shuffle=shuffle,
+                               by_size=ep.deal_order(world_size) if balance == "bytes" else None)
+        deal = plan_mod.Deal(order, world_size, balance=balance, equalize=equalize, excluded=None)
+        return len(deal.share(rank))
+
+    def read_files(self, items: Sequence[int], cache: Cache, *, fetch_threads: int, on_error: OnError = "raise",
+                   **fetch: int) -> Iterator[CachedFile | Skipped]:
+        """The items, in order, through the node cache, fetched ahead (one pool for every source)."""
+        return read_rows(self._rows(items), cache, fetch_threads=fetch_threads, on_error=on_error, **fetch)
+
+    def _rows(self, items: Iterable[int]) -> Iterator[tuple[Row, int]]:
+        """(row, size) of each item, decoded a chunk at a time, source by source within the chunk."""
+        manifests = [s.manifest for s in self.mixed.sources]
+        # Where each folder lies in this process, as for one folder (`read_items`).
+        local = [volume.parse(m.root).local for m in manifests]
+        offsets = np.concatenate([[0], np.cumsum([len(m) for m in manifests])])
+        it = iter(items)
+        while len(chunk := np.fromiter(islice(it, ROWS_AT_ONCE), np.int64)):
+            which = np.searchsorted(offsets, chunk, side="right") - 1
+            rows: list[Any] = [None] * len(chunk)
+            for s in np.unique(which).tolist():
+                at = np.flatnonzero(which == s)
+                m = manifests[s]
+                for k, (path, size, mtime) in zip(at.tolist(), m.rows(chunk[at] - offsets[s])):
+                    rows[k] = ((int(chunk[k]), f"{m.root}/{path}", f"{local[s]}/{path}", size, mtime), size)
+            yield from rows
