@@ -132,10 +132,33 @@ class MixedSource:
 
 
 class MixtureReader:
-    """The mixture's `FileRowsReader` methods a `FileStream` uses: its items are positions in the mixture's listing."""
+    """The `FileRowsReader` methods a `FileStream` and the `uc-volume` builder use, for a mixture: its items are
+    positions in the mixture's listing, and an epoch may hold one several times."""
+
+    counts = "files"
 
     def __init__(self, mixed: MixedSource) -> None:
         self.mixed = mixed
+
+    def epoch_items(self, epoch: int, *, seed: int) -> list[int]:
+        """The items `epoch` holds (with repeats), the sources interleaved: a door that deals them itself."""
+        return self.mixed.epoch(epoch, seed).items.tolist()
+
+    def pieces(self, files: Sequence[int]) -> list[int]:
+        return list(files)
+
+    def count(self, pieces: Sequence[int]) -> int:
+        return len(pieces)
+
+    def deal(self, pieces: Sequence[int], parts: int, *, seed: int, shuffle: bool,
+             equalize: plan_mod.Equalize) -> list[list[int]]:
+        """`pieces` dealt into `parts` byte-balanced parts, by position (an item held twice may go to two)."""
+        sizes = self.mixed.epoch(0, seed).listing_sizes[np.asarray(pieces, dtype=np.int64)]
+        dealt = plan_mod.rank_shares(sizes, world_size=parts, seed=seed, shuffle=shuffle, equalize=equalize)
+        return [[pieces[k] for k in part] for part in dealt]
+
+    def files_of(self, pieces: Sequence[int], *, seed: int, shuffle: bool) -> list[int]:
+        return list(pieces)
 
     def check(self, **opts: Any) -> None:
         """Refuse what some source's reader refuses."""
