@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from dataclasses import dataclass
 from itertools import islice
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
@@ -26,7 +27,9 @@ from .grid import Grid
 from .io.cache import Cache
 from .planning import mixture, resume
 from .planning import shares as plan_mod
-from .read.files import ROWS_AT_ONCE, CachedFile, OnError, Row, Skipped, read_rows
+from .read.files import (DEFAULT_FETCH_THREADS, DEFAULT_PREFETCH, DEFAULT_PREFETCH_BYTES, ROWS_AT_ONCE, CachedFile,
+                         FilesReader, OnError, Row, Skipped, read_rows)
+from .read.reader import FileRowsPart
 from .source import Source, resolve_source
 
 # What a source of a mixture may say besides its weight: the selection of its folder's files.
@@ -85,7 +88,7 @@ class MixedSource:
         sources: the resolved sources, in the order given.
         kind, weights, epoch_size: the mixture's weights, as given.
         counts: the items each source gives every epoch.
-        path: the sources' folders, for messages.
+        path, given: the sources' folders, for messages.
         mode: "files".
         fingerprint: a digest of the sources' listings and the weights: a state
             saved over another mixture is refused.
@@ -98,7 +101,7 @@ class MixedSource:
         self.sources, self.kind, self.weights, self.epoch_size = sources, kind, weights, epoch_size
         sizes = [len(s.manifest) for s in sources]
         self.counts = mixture.source_counts(sizes, kind, weights, epoch_size=epoch_size, names=names)
-        self.path = "[" + ", ".join(s.path for s in sources) + "]"
+        self.path = self.given = "[" + ", ".join(s.path for s in sources) + "]"
         described = json.dumps([[s.fingerprint for s in sources], kind, weights, epoch_size])
         self.fingerprint = hashlib.sha256(described.encode()).hexdigest()[:16]
         self._epochs: dict[tuple[int, int], mixture.Epoch] = {}
@@ -127,13 +130,27 @@ class MixedSource:
                                               by_size=[m.largest_first for m in manifests])
         return self._epochs[key]
 
+    @property
+    def offsets(self) -> np.ndarray:
+        """Where each source's items start in the mixture's listing (and, last, its length)."""
+        return np.concatenate([[0], np.cumsum([len(s.manifest) for s in self.sources])]).astype(np.int64)
+
+    def locate(self, items: np.ndarray) -> Iterator[tuple[int, np.ndarray, np.ndarray]]:
+        """(source, positions in `items`, listing positions in the source) of the `items` of each source."""
+        offsets = self.offsets
+        which = np.searchsorted(offsets, items, side="right") - 1
+        for s in np.unique(which).tolist():
+            at = np.flatnonzero(which == s)
+            yield s, at, items[at] - offsets[s]
+
     def __getstate__(self) -> dict:
         return {**self.__dict__, "_epochs": {}}
 
 
 class MixtureReader:
-    """The `FileRowsReader` methods a `FileStream` and the `uc-volume` builder use, for a mixture: its items are
-    positions in the mixture's listing, and an epoch may hold one several times."""
+    """A `FileRowsReader`'s methods, for a mixture, as `FileStream`, the `uc-volume` builder and
+    `UCVolumeDatasource` use them: its items are places in the mixture's listing, and an epoch may hold one
+    several times."""
 
     counts = "files"
 
@@ -192,14 +209,78 @@ class MixtureReader:
         manifests = [s.manifest for s in self.mixed.sources]
         # Where each folder lies in this process, as for one folder (`read_items`).
         local = [volume.parse(m.root).local for m in manifests]
-        offsets = np.concatenate([[0], np.cumsum([len(m) for m in manifests])])
         it = iter(items)
         while len(chunk := np.fromiter(islice(it, ROWS_AT_ONCE), np.int64)):
-            which = np.searchsorted(offsets, chunk, side="right") - 1
             rows: list[Any] = [None] * len(chunk)
-            for s in np.unique(which).tolist():
-                at = np.flatnonzero(which == s)
+            for s, at, files in self.mixed.locate(chunk):
                 m = manifests[s]
-                for k, (path, size, mtime) in zip(at.tolist(), m.rows(chunk[at] - offsets[s])):
+                for k, (path, size, mtime) in zip(at.tolist(), m.rows(files)):
                     rows[k] = ((int(chunk[k]), f"{m.root}/{path}", f"{local[s]}/{path}", size, mtime), size)
             yield from rows
+
+    # -- what a Ray datasource asks --------------------------------------------------
+
+    pieces_per_task = FilesReader.pieces_per_task
+
+    def share(self, rank: int, world_size: int, *, epoch: int, seed: int, shuffle: bool,
+              equalize: plan_mod.Equalize) -> tuple[np.ndarray, list[int]]:
+        """`rank`'s items in `epoch`, in read order, each keyed by itself: its place in the mixture's listing."""
+        items = self.plan(Grid(rank, world_size), None, epoch=epoch, seed=seed, shuffle=shuffle, balance="bytes",
+                          equalize=equalize)
+        return np.asarray(items, dtype=np.int64), items
+
+    def share_weights(self, rank: int, world_size: int, *, equalize: plan_mod.Equalize) -> np.ndarray:
+        """The bytes of every item of the mixture's listing (any may be drawn into a rank's share)."""
+        return np.concatenate([s.manifest.sizes for s in self.mixed.sources])
+
+    def sizes_of(self, files: Sequence[int]) -> np.ndarray:
+        out = np.empty(len(files), np.int64)
+        for s, at, local in self.mixed.locate(np.asarray(files, dtype=np.int64)):
+            out[at] = self.mixed.sources[s].manifest.sizes[local]
+        return out
+
+    def weights(self, pieces: Sequence[int]) -> list[int]:
+        return self.sizes_of(pieces).tolist()
+
+    def largest(self) -> int:
+        return max(s.reader.largest() for s in self.mixed.sources)
+
+    def path_lengths(self, files: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+        paths, names = np.empty(len(files), np.int64), np.empty(len(files), np.int64)
+        for s, at, local in self.mixed.locate(np.asarray(files, dtype=np.int64)):
+            paths[at], names[at] = self.mixed.sources[s].reader.path_lengths(local)
+        return paths, names
+
+    def part(self, pieces: Sequence[int], *, epoch: int, seed: int, shuffle: bool) -> MixedFilesPart:
+        """The files `pieces` (places in the mixture's listing) packed to be read in another process."""
+        items = np.asarray(pieces, dtype=np.int64)
+        listing: list[Any] = [None] * len(items)
+        which = [0] * len(items)
+        for s, at, local in self.mixed.locate(items):
+            for k, row in zip(at.tolist(), self.mixed.sources[s].manifest.rows(local)):
+                listing[k], which[k] = row, s
+        roots = [(src.manifest.root, src.local) for src in self.mixed.sources]
+        return MixedFilesPart(roots, listing, which, list(pieces))
+
+
+@dataclass(frozen=True)
+class MixedFilesPart(FileRowsPart):
+    """Files of a mixture to read elsewhere: their rows of their sources' listings, and where each source's
+    folder lies on the machine that listed it (a Ray worker may not share the driver's `AIR_VOLUMES_ROOT`)."""
+
+    roots: list[tuple[str, str]]
+    listing: list[tuple[str, int, int]]
+    which: list[int]
+    files: list[int]
+
+    @property
+    def input_files(self) -> list[str]:
+        return [f"{self.roots[s][0]}/{r[0]}" for s, r in zip(self.which, self.listing)]
+
+    def read(self, cache: Cache, *, fetch_threads: int = DEFAULT_FETCH_THREADS, prefetch: int = DEFAULT_PREFETCH,
+             prefetch_bytes: int = DEFAULT_PREFETCH_BYTES, on_error: OnError = "raise",
+             columns: Sequence[str] | None = None) -> Iterator[CachedFile | Skipped]:
+        rows = (((i, f"{self.roots[s][0]}/{path}", f"{self.roots[s][1]}/{path}", size, mtime), size)
+                for i, s, (path, size, mtime) in zip(self.files, self.which, self.listing))
+        return read_rows(rows, cache, fetch_threads=fetch_threads, prefetch=prefetch, prefetch_bytes=prefetch_bytes,
+                         on_error=on_error)
