@@ -170,7 +170,7 @@ class MixtureReader:
     def deal(self, pieces: Sequence[int], parts: int, *, seed: int, shuffle: bool,
              equalize: plan_mod.Equalize) -> list[list[int]]:
         """`pieces` dealt into `parts` byte-balanced parts, by position (an item held twice may go to two)."""
-        sizes = self.mixed.epoch(0, seed).listing_sizes[np.asarray(pieces, dtype=np.int64)]
+        sizes = self.sizes_of(pieces)
         dealt = plan_mod.rank_shares(sizes, world_size=parts, seed=seed, shuffle=shuffle, equalize=equalize)
         return [[pieces[k] for k in part] for part in dealt]
 

@@ -6,7 +6,7 @@ from collections import Counter
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, reject, settings, strategies as st
 
 from air_core import Grid, OptionError
 from air_core.planning import mixture as mx
@@ -35,7 +35,11 @@ def mixtures(draw):
 
 
 def epoch_of(sizes, kind, weights, epoch_size, seed, epoch):
-    counts = mx.source_counts([len(s) for s in sizes], kind, weights, epoch_size=epoch_size)
+    try:
+        counts = mx.source_counts([len(s) for s in sizes], kind, weights, epoch_size=epoch_size)
+    except OptionError as e:  # weights too small for one item: refused, see test_bad_weights_...
+        assert "an epoch of no items" in str(e)
+        reject()
     return mx.Epoch(sizes, counts, epoch=epoch, seed=seed), counts
 
 
@@ -130,9 +134,9 @@ def test_an_item_taken_in_several_epochs_is_read_on_the_same_rank():
                 ranks.setdefault(int(item), Counter())[r] += 1
     usual = sum(c.most_common(1)[0][1] for c in ranks.values())
     assert usual >= 0.9 * sum(sum(c.values()) for c in ranks.values())
-    # and the ranks' bytes stay balanced
+    # and the ranks' bytes stay balanced, within what drawing part of a source's items leaves to chance
     bytes_ = [ep.sizes[s].sum() for s in got.values()]
-    assert max(bytes_) - min(bytes_) <= 2 * max(s.max() for s in sizes)
+    assert max(bytes_) - min(bytes_) <= 0.05 * np.mean(bytes_)
 
 
 @given(mixtures(), st.data())
@@ -174,6 +178,7 @@ def test_planning_ten_million_items_over_three_sources_is_vectorised():
     ("proportion", [1, 1], 0, "epoch_size=0"),
     ("proportion", [1, float("nan")], None, "source 1: proportion=nan"),
     ("repeat", [1, "2"], None, "source 1: repeat='2'"),
+    ("repeat", [0.01, 0], None, "rounds to an epoch of no items"),
 ])
 def test_bad_weights_are_refused_naming_the_source(kind, weights, epoch_size, words):
     with pytest.raises(OptionError, match=words.replace("(", r"\(").replace(")", r"\)")):
