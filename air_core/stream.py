@@ -141,7 +141,8 @@ class FileStream(Stream):
 
     @property
     def manifest(self) -> Manifest:
-        """The listing this stream plans from (loaded from the cache folder after unpickling)."""
+        """The listing this stream plans from (loaded from the cache folder after unpickling); a mixture has one
+        per source, and raises `OptionError` here."""
         return self._source.manifest
 
     def items(self, grid: Grid | None = None) -> list[int]:
