@@ -422,3 +422,23 @@ def test_a_mixture_reads_each_sources_share_per_epoch_through_workers(volume):
         assert sum(epoch_big.values()) == 20
         big.update(epoch_big)
     assert len(big) == 40 and set(big.values()) == {1}  # 2 x 20 of the 40 big files: none twice yet
+
+
+@pytest.mark.slow
+@pytest.mark.filterwarnings("ignore:This DataLoader will create 3 worker processes")
+def test_a_mixture_resumes_past_the_first_epoch_on_other_workers_exactly_once(volume):
+    sources = mixture(volume)
+    whole = UCVolumeDataset(sources=sources, shuffle=True, seed=4)
+    whole.set_epoch(2)
+    want = Counter(n for n in Names(whole))
+    dataset = UCVolumeDataset(sources=sources, shuffle=True, seed=4)
+    dataset.set_epoch(2)
+    loader = DataLoader(Names(dataset), batch_size=3, num_workers=2, collate_fn=list)
+    iterator = iter(loader)
+    before = [n for _ in range(3) for n in next(iterator)]
+    state = loader.state_dict()
+    del iterator
+    resumed = DataLoader(Names(UCVolumeDataset(sources=sources, shuffle=True, seed=4)), batch_size=3, num_workers=3,
+                         collate_fn=list)
+    resumed.load_state_dict(state)
+    assert Counter(before + [n for b in resumed for n in b]) == want
