@@ -90,7 +90,7 @@ class MixedSource:
         counts: the items each source gives every epoch.
         path, given: the sources' folders, for messages.
         mode: "files".
-        fingerprint: a digest of the sources' listings and the weights: a state
+        fingerprint: a digest of the sources' listings and counts: a state
             saved over another mixture is refused.
     """
 
@@ -102,7 +102,8 @@ class MixedSource:
         sizes = [len(s.manifest) for s in sources]
         self.counts = mixture.source_counts(sizes, kind, weights, epoch_size=epoch_size, names=names)
         self.path = self.given = "[" + ", ".join(s.path for s in sources) + "]"
-        described = json.dumps([[s.fingerprint for s in sources], kind, weights, epoch_size])
+        # The plan depends on the listings and on each source's count alone, not on how the weights said it.
+        described = json.dumps([[s.fingerprint for s in sources], self.counts])
         self.fingerprint = hashlib.sha256(described.encode()).hexdigest()[:16]
         self._epochs: dict[tuple[int, int], mixture.Epoch] = {}
 

@@ -185,6 +185,11 @@ def test_bad_weights_are_refused_naming_the_source(kind, weights, epoch_size, wo
         mx.source_counts([10, 20], kind, weights, epoch_size=epoch_size)
 
 
+def test_numpy_numbers_are_weights_and_a_float_is_its_decimal_form():
+    assert mx.source_counts([10, 10], "choose", [np.int64(3), 4]) == [3, 4]
+    assert mx.source_counts([10, 20], "repeat", [np.float64(0.1), 0.05]) == [1, 1]  # exactly a tenth, not 0.0999…
+
+
 def test_an_empty_source_is_refused_by_name():
     with pytest.raises(OptionError, match="/Volumes/c/s/v/b holds no items"):
         mx.source_counts([10, 0], "repeat", [1, 1], names=["/Volumes/c/s/v/a", "/Volumes/c/s/v/b"])

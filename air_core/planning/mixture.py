@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import numbers
 from fractions import Fraction
 from typing import Literal, Sequence
 
@@ -96,11 +97,11 @@ def source_counts(sizes: Sequence[int], kind: Weight, weights: Sequence[float], 
 
 def _weight(kind: Weight, value: object, name: str) -> Fraction:
     """A weight as an exact fraction (its decimal form, so 0.1 is a tenth), checked."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value) or value < 0:
         raise OptionError(f"{name}: {kind}={value!r}: give a finite number >= 0")
     if kind == "choose" and value != int(value):
         raise OptionError(f"{name}: choose={value!r}: give a whole number of items")
-    return Fraction(repr(value)) if isinstance(value, float) else Fraction(value)
+    return Fraction(int(value)) if isinstance(value, numbers.Integral) else Fraction(str(float(value)))
 
 
 def _largest_remainder(quotas: Sequence[Fraction], total: int) -> list[int]:
