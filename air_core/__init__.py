@@ -4,8 +4,9 @@
 node-local disk on first access, partitioned over (rank x DataLoader worker);
 `RowStream` streams the rows of a table there (Parquet, JSON Lines, CSV, text).
 `resolve_source` is how every front door turns what a user gives into what
-it reads (`resolve_sources`, a mixture of several folders). The names here are the core's public API; `air_core.read.parquet_io`
-(Parquet row groups, needs pyarrow) and `air_core.torch` are public modules.
+it reads (`resolve_sources`: a mixture of several folders). The names here
+are the core's public API; `air_core.read.parquet_io` (Parquet row groups,
+needs pyarrow) and `air_core.torch` are public modules.
 `export_delta` exports a Delta table to Parquet on a volume (`air_core.delta`;
 loaded on first use, with the `delta` extra). `pack` packs a folder of small
 files into Parquet shards that every front door reads as the loose files
@@ -31,7 +32,8 @@ from .stream import FileStream
 __all__ = [
     "AirError", "BALANCES", "Balance", "Cache", "CacheStats", "CachedFile", "DEFAULT_FETCH_THREADS",
     "DEFAULT_PREFETCH", "DEFAULT_PREFETCH_BYTES", "EQUALIZES", "EmptyVolumeError", "Equalize", "FetchError",
-    "FileStream", "Grid", "MODES", "Manifest", "ManifestMismatchError", "MixedSource", "Mode", "ON_ERRORS", "OnError", "OptionError",
+    "FileStream", "Grid", "MODES", "Manifest", "ManifestMismatchError", "MixedSource", "Mode", "ON_ERRORS", "OnError",
+    "OptionError",
     "ParquetError", "RowGroup", "RowSlice", "RowStream", "Skipped", "Source", "StateError", "VolumePathError", "check_columns",
     "default_dir", "default_fetch_threads", "detect_rank", "detect_worker", "entry_path_length", "epoch_order",
     "export_delta", "freeze_inherited", "list_folder", "pack", "PackResult", "rank_share", "rank_shares",

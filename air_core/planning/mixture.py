@@ -228,7 +228,8 @@ class Epoch:
 
 
 def _evened(rank: np.ndarray, sizes: np.ndarray, drawn: np.ndarray, want: np.ndarray) -> np.ndarray:
-    """`rank` (in 8 or 16 bits) with the excess of each rank that drew more slots than it `want`s moved to those that drew fewer.
+    """`rank` (in 8 or 16 bits) with the excess of each rank that drew more slots than it `want`s moved to
+    those that drew fewer.
 
     The slots a rank gives up are spread evenly over its slots (in the
     epoch's order, which sizes do not follow), and they go, largest first,

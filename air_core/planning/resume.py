@@ -181,8 +181,8 @@ class _Planner:
         if state is None and (id(None), world_size) not in self._shares:
             key = (None, world_size, rank)
             if key not in self._first:
-                self._first[key] = Deal(self.dealt(world_size), world_size, balance=self.balance, equalize=self.equalize,
-                                        excluded=None).share(rank)
+                self._first[key] = Deal(self.dealt(world_size), world_size, balance=self.balance,
+                                        equalize=self.equalize, excluded=None).share(rank)
             return self._first[key]
         return self.shares(state, world_size)[rank]
 
@@ -195,7 +195,8 @@ class _Planner:
                 gone = None if state is None else self.delivered(state)
                 if gone is not None and not gone.any():
                     gone = None  # nothing delivered: planned as at the epoch's start
-                out = Deal(self.dealt(world_size), world_size, balance=self.balance, equalize=self.equalize, excluded=gone).shares()
+                out = Deal(self.dealt(world_size), world_size, balance=self.balance, equalize=self.equalize,
+                           excluded=gone).shares()
             self._shares[key] = out
         return self._shares[key]
 

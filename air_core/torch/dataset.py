@@ -122,8 +122,9 @@ class UCVolumeDataset(torch.utils.data.IterableDataset):
     ) -> None:
         super().__init__()
         self._stream = FileStream(
-            path, sources=sources, epoch_size=epoch_size, include=include, exclude=exclude, shuffle=shuffle, seed=seed, balance=balance,
-            equalize=equalize, cache_dir=cache_dir, cache_limit=cache_limit, verify=verify, fetch_threads=fetch_threads,
+            path, sources=sources, epoch_size=epoch_size, include=include, exclude=exclude, shuffle=shuffle, seed=seed,
+            balance=balance, equalize=equalize, cache_dir=cache_dir, cache_limit=cache_limit, verify=verify,
+            fetch_threads=fetch_threads,
             prefetch=prefetch, prefetch_bytes=prefetch_bytes, on_error=on_error,
         )
         # Whether a pass has begun on this copy: the next pass is then the next epoch.
