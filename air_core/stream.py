@@ -8,7 +8,7 @@ handed to spawned DataLoader workers, Ray tasks and `@distributed` functions.
 
 from __future__ import annotations
 
-from typing import Iterator, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 from . import dist, options
 from .planning import resume
@@ -16,7 +16,9 @@ from .planning import shares as plan_mod
 from .grid import Grid
 from .manifest import Manifest
 from .read import DEFAULT_PREFETCH, DEFAULT_PREFETCH_BYTES, ON_ERRORS, CachedFile, OnError, Skipped, default_fetch_threads, without_skips
-from .source import resolve_source
+from .errors import OptionError
+from .mixed_source import MixedSource, resolve_sources
+from .source import Source, resolve_source
 from .streaming import Stream
 
 
@@ -28,8 +30,25 @@ class FileStream(Stream):
     folder exactly once per epoch (or with equal counts per rank when
     `equalize` is set).
 
+    A mixture (`sources=`) reads several folders as one stream: each epoch
+    holds exactly the items each source's weight asks (see
+    `air_core.planning.mixture`), shuffled together with `shuffle`, dealt and
+    resumed (on any grid, at any epoch) like one folder's files. An item a
+    mixture takes in several epochs is read on the same rank each time,
+    save the few moved to even out the ranks' counts, so node caches stay
+    warm; `CachedFile.index` and `items()` then number the sources' listings
+    laid end to end.
+
     Args:
         path: a volume folder, `/Volumes/c/s/v/dir` or `dbfs:/Volumes/...`.
+        sources: instead of `path`, a mixture: a list of dicts, each with a
+            folder's `path`, optionally its `include`, `exclude`,
+            `file_extensions` and `mode` ("files"), and one weight, the same
+            kind for every source: `proportion` (its fraction of each epoch,
+            relative to the others'), `repeat` (its items per epoch, times
+            this; fractions allowed) or `choose` (this many of its items per epoch).
+        epoch_size: a mixture of proportions: items per epoch (default: the
+            sources' sizes added up).
         include: glob(s) of files to keep, relative to `path` (`*` crosses `/`).
         exclude: glob(s) of files to leave out.
         shuffle: reorder each share every epoch (seeded, the same on every rank).
@@ -55,14 +74,20 @@ class FileStream(Stream):
             another file of the stream, so counts stay equal.
         manifest: a listing to use instead of listing `path` (it must be of `path`).
 
+    Raises:
+        OptionError, VolumePathError, EmptyVolumeError: on bad input, naming
+            the option or source (see `air_core.mixed_source.resolve_sources`).
+
     Attributes:
         skipped: the volume paths left out so far in this pass (`on_error="skip"`).
     """
 
     def __init__(
         self,
-        path: str,
+        path: str | None = None,
         *,
+        sources: Sequence[Mapping[str, Any]] | None = None,
+        epoch_size: int | None = None,
         include: str | Sequence[str] | None = None,
         exclude: str | Sequence[str] | None = None,
         shuffle: bool = False,
@@ -89,8 +114,21 @@ class FileStream(Stream):
         options.whole("prefetch_bytes", prefetch_bytes, low=1)
         options.choice("on_error", on_error, ON_ERRORS)
         options.flag("verify", verify)
-        self._source = resolve_source(path, mode="files", include=include, exclude=exclude, cache_dir=cache_dir,
-                                      manifest=manifest)
+        self._source: Source | MixedSource
+        if sources is None:
+            if path is None:
+                raise OptionError("give a volume folder to read, path=, or several, sources=[...]")
+            if epoch_size is not None:
+                raise OptionError("epoch_size= sizes the epochs of a mixture: give sources=[...], or leave it unset")
+            self._source = resolve_source(path, mode="files", include=include, exclude=exclude, cache_dir=cache_dir,
+                                          manifest=manifest)
+        else:
+            given = [name for name, v in (("path", path), ("include", include), ("exclude", exclude),
+                                          ("manifest", manifest)) if v is not None]
+            if given:
+                raise OptionError(f"sources= names each folder and its selection: give {given[0]}= in each "
+                                  "source's dict, not beside sources=")
+            self._source = resolve_sources(sources, epoch_size=epoch_size, cache_dir=cache_dir)
         self._source.reader.check(balance=balance, on_error=on_error)
         self._plan_opts = {"seed": seed, "shuffle": bool(shuffle), "balance": balance, "equalize": equalize}
         self._place(rank, world_size, worker, num_workers, cache_dir, cache_limit, verify)
@@ -103,11 +141,12 @@ class FileStream(Stream):
 
     @property
     def manifest(self) -> Manifest:
-        """The listing this stream plans from (loaded from the cache folder after unpickling)."""
+        """The listing this stream plans from (loaded from the cache folder after unpickling); a mixture has one
+        per source, and raises `OptionError` here."""
         return self._source.manifest
 
     def items(self, grid: Grid | None = None) -> list[int]:
-        """Manifest indices this stream reads this epoch, in order (no resume applied)."""
+        """Manifest indices this stream reads this epoch, in order (no resume applied; a mixture's: see the class)."""
         return self._plan(grid or self.grid(), None)
 
     def __len__(self) -> int:

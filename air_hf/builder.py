@@ -22,7 +22,7 @@ from typing import Iterator, Union
 import datasets
 import pyarrow as pa
 
-from air_core import EQUALIZES, MODES, ON_ERRORS, Cache, OptionError, Source, check_columns, default_fetch_threads, detect_rank, freeze_inherited, resolve_source, volume, without_skips
+from air_core import EQUALIZES, MODES, ON_ERRORS, Cache, MixedSource, OptionError, Source, check_columns, default_fetch_threads, detect_rank, freeze_inherited, resolve_source, resolve_sources, volume, without_skips
 from air_core import options as check
 from air_core.read import TableReader
 
@@ -89,6 +89,15 @@ class UCVolumeConfig(datasets.BuilderConfig):
             CSV and text: "skip" leaves out a malformed record with a warning naming it.
         delimiter: CSV mode: the field delimiter (default: a tab for `.tsv`, else a comma).
         sample_by: text mode: "line" (default), "paragraph" or "document" (a row per file).
+        sources: instead of `data_dir`, a mixture of volume folders read as files (see
+            `air_core.FileStream`): a list of dicts, each with a folder's `path`, optionally
+            its `include`, `exclude`, `file_extensions`, and one weight, the same kind for
+            every source: `proportion`, `repeat` or `choose`. The split `train` holds the
+            mixture's first epoch, each source's share exactly, dealt into equal shards;
+            `datasets` reorders those shards each epoch but reads the same items (for a fresh
+            choice of items every epoch, stream through `air_core.torch.UCVolumeDataset`).
+            Not with `labels=`, nor a table's modes, so far.
+        epoch_size: a mixture of proportions: its items (default: the sources' sizes added up).
 
     `load_dataset(..., features=...)` reads a table's rows into those features
     (JSON Lines, CSV: parsed as them; Parquet: cast); without it they are
@@ -117,14 +126,27 @@ class UCVolumeConfig(datasets.BuilderConfig):
     on_error: str = "raise"
     delimiter: Union[str, None] = None
     sample_by: Union[str, None] = None
+    sources: Union[list, None] = None
+    epoch_size: Union[int, None] = None
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if not self.data_dir and not self.delta_table:
+        if self.sources is not None:
+            beside = [n for n in ("data_dir", "delta_table", "include", "exclude", "file_extensions")
+                      if getattr(self, n)]
+            if beside:
+                raise OptionError(f"sources= names each folder and its selection: give {beside[0]}= in each "
+                                  "source's dict, not beside sources=")
+            if self.labels:
+                raise OptionError("labels=True is not read over a mixture (sources=) so far: load each source "
+                                  "with its labels, or leave labels unset")
+        elif self.epoch_size is not None:
+            raise OptionError("epoch_size= sizes a mixture: give sources=[...], or leave it unset")
+        if not self.data_dir and not self.delta_table and self.sources is None:
             raise OptionError(
                 "uc-volume needs data_dir=, the volume folder to read: "
                 "load_dataset('uc-volume', data_dir='/Volumes/<catalog>/<schema>/<volume>/<folder>'), "
-                "or delta_table= to read a Delta table"
+                "or delta_table= to read a Delta table, or sources=[...] to read a mixture"
             )
         if self.data_dir:
             volume.parse(self.data_dir)
@@ -140,7 +162,12 @@ class UCVolumeConfig(datasets.BuilderConfig):
         check.whole("node_cache_limit", self.node_cache_limit, low=0, optional=True)
 
 
-def _resolve(config: UCVolumeConfig, features: datasets.Features | None) -> Source:
+def _resolve(config: UCVolumeConfig, features: datasets.Features | None) -> Source | MixedSource:
+    if config.sources is not None:
+        if config.mode not in ("auto", "files"):
+            raise OptionError(f"mode={config.mode!r}: a mixture (sources=) reads loose files so far; give "
+                              "mode='files', or leave it unset")
+        return resolve_sources(config.sources, epoch_size=config.epoch_size, cache_dir=config.node_cache_dir)
     return resolve_source(config.data_dir, mode=config.mode, include=config.include, exclude=config.exclude,
                           file_extensions=config.file_extensions, delta_table=config.delta_table,
                           delta_version=config.delta_version, cache_dir=config.node_cache_dir,
@@ -148,10 +175,14 @@ def _resolve(config: UCVolumeConfig, features: datasets.Features | None) -> Sour
                           delimiter=config.delimiter, sample_by=config.sample_by)
 
 
-def _features(config: UCVolumeConfig, source: Source) -> datasets.Features:
+def _features(config: UCVolumeConfig, source: Source | MixedSource) -> datasets.Features:
     """The rows' features; options that do not fit the source's format are refused here, at setup."""
     reader = source.reader
     reader.check(decode=config.decode, labels=config.labels, on_error=config.on_error, columns=config.columns)
+    if isinstance(source, MixedSource):
+        for one in source.sources:
+            rows.check_media(one.manifest, config.decode)
+        return rows.features(config.decode, None)
     if isinstance(reader, TableReader):
         schema = reader.schema()
         if config.columns is not None:
@@ -190,7 +221,11 @@ class UCVolume(datasets.ArrowBasedBuilder):
         c, reader = self.config, self._source.reader
         world_size = c.world_size or detect_rank()[1]
         generators = []
-        for split, files in by_split(self._source.manifest.paths.tolist()).items():
+        if isinstance(self._source, MixedSource):
+            splits = {"train": self._source.reader.epoch_items(0, seed=c.seed)}
+        else:
+            splits = by_split(self._source.manifest.paths.tolist())
+        for split, files in splits.items():
             pieces = reader.pieces(files)
             n = shard_count(len(pieces), world_size=world_size, num_workers=c.num_workers)
             if c.equalize == "drop":
@@ -224,6 +259,7 @@ class UCVolume(datasets.ArrowBasedBuilder):
         items = reader.files_of(pieces, seed=c.seed, shuffle=c.shuffle)
         files = without_skips(reader.read_files(items, cache, fetch_threads=threads, on_error=c.on_error),
                               keep_count=c.equalize != "none")
+        manifest = None if isinstance(self._source, MixedSource) else self._source.manifest  # for labels
         for k, batch in enumerate(iter(lambda: list(islice(files, FILES_PER_TABLE)), [])):
-            yield k, rows.table(batch, self._source.manifest, features, schema, c.decode,
+            yield k, rows.table(batch, manifest, features, schema, c.decode,
                                 embed_media=self._embed_media)

@@ -69,7 +69,7 @@ def features(decode: str, labels: Sequence[str] | None) -> datasets.Features:
 
 
 def table(
-    files: Sequence[CachedFile], manifest: Manifest, features: datasets.Features, schema: pa.Schema,
+    files: Sequence[CachedFile], manifest: Manifest | None, features: datasets.Features, schema: pa.Schema,
     decode: str,
     *,
     embed_media: bool = False,
@@ -78,6 +78,7 @@ def table(
 
     Image and audio rows point at the node-local copy, decoded where the row is
     consumed; with `embed_media` (rows bound for datasets' Arrow cache) they carry the bytes.
+    `manifest` names the files' class folders, when `features` has a label.
     """
     cols: dict[str, list] = {
         "path": [f.path for f in files],

@@ -34,7 +34,7 @@ from ray.data.datasource import Datasource, ReadTask
 from ray.util.annotations import RayDeprecationWarning
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from air_core import DEFAULT_FETCH_THREADS, EQUALIZES, ON_ERRORS, Equalize, Grid, Manifest, Mode, OnError, OptionError, check_columns, default_dir, detect_rank, entry_path_length, resolve_source
+from air_core import DEFAULT_FETCH_THREADS, EQUALIZES, ON_ERRORS, Equalize, Grid, MixedSource, Mode, OnError, OptionError, Source, check_columns, default_dir, detect_rank, entry_path_length, resolve_source, resolve_sources
 from air_core import options as check
 from air_core.read import TableReader
 
@@ -123,6 +123,16 @@ class UCVolumeDatasource(Datasource):
             the listing).
         delimiter: CSV mode: the field delimiter (default: a tab for `.tsv`, else a comma).
         sample_by: text mode: "line" (default), "paragraph" or "document" (a row per file).
+        sources: instead of `path`, a mixture of volume folders read as files
+            (see `air_core.FileStream`): a list of dicts, each with a folder's
+            `path`, optionally its `include`, `exclude`, `file_extensions`, and
+            one weight, the same kind for every source: `proportion`, `repeat`
+            or `choose`. Each execution is an epoch of the mixture (the next
+            one with `shuffle="files"` or a reseeding `FileShuffleConfig`;
+            epoch 0 otherwise), each source's share exactly; an item is read
+            on the same node in every execution that holds it.
+        epoch_size: a mixture of proportions: its items per epoch (default:
+            the sources' sizes added up).
 
     Raises:
         VolumePathError, EmptyVolumeError, OptionError, ParquetError: on the
@@ -156,6 +166,8 @@ class UCVolumeDatasource(Datasource):
         schema: pa.Schema | None = None,
         delimiter: str | None = None,
         sample_by: str | None = None,
+        sources: Sequence[Mapping[str, Any]] | None = None,
+        epoch_size: int | None = None,
         **unknown: Any,
     ) -> None:
         super().__init__()
@@ -173,10 +185,23 @@ class UCVolumeDatasource(Datasource):
         self._rank, self._world_size = detect_rank(rank, world_size)
         Grid(self._rank, self._world_size)
         self._equalize = equalize
-        self._source = resolve_source(path, mode=mode, include=include, exclude=exclude,
-                                      file_extensions=file_extensions, delta_table=delta_table,
-                                      delta_version=delta_version, spark=spark, cache_dir=cache_dir,
-                                      schema=schema, delimiter=delimiter, sample_by=sample_by)
+        self._source: Source | MixedSource
+        if sources is None:
+            if epoch_size is not None:
+                raise OptionError("epoch_size= sizes a mixture: give sources=[...], or leave it unset")
+            self._source = resolve_source(path, mode=mode, include=include, exclude=exclude,
+                                          file_extensions=file_extensions, delta_table=delta_table,
+                                          delta_version=delta_version, spark=spark, cache_dir=cache_dir,
+                                          schema=schema, delimiter=delimiter, sample_by=sample_by)
+        else:
+            beside = [n for n, v in (("path", path), ("include", include), ("exclude", exclude),
+                                     ("file_extensions", file_extensions), ("delta_table", delta_table),
+                                     ("schema", schema), ("delimiter", delimiter), ("sample_by", sample_by))
+                      if v is not None]
+            if beside or mode not in ("auto", "files"):
+                raise OptionError(f"sources= is a mixture of folders read as files, each named with its selection "
+                                  f"in its dict: give {beside[0] + '=' if beside else 'mode='} there, not beside it")
+            self._source = resolve_sources(sources, epoch_size=epoch_size, cache_dir=cache_dir)
         reader = self._source.reader
         reader.check(on_error=on_error, include_bytes=include_bytes)
         self._tables = isinstance(reader, TableReader)
@@ -199,7 +224,7 @@ class UCVolumeDatasource(Datasource):
         many nodes the cluster has, while a bad path still fails before Ray starts.
         """
         wanted = self._want_bytes if self._want_bytes is not None else len(_cluster_nodes()) > 1
-        return bytes_type(int(self._source.manifest.sizes.max())) if wanted else None
+        return bytes_type(self._source.reader.largest()) if wanted else None
 
     # -- what Ray asks of a datasource -------------------------------------------------------
 
@@ -257,7 +282,7 @@ class UCVolumeDatasource(Datasource):
                     read_fn = files_read_fn(self._tasks, part, include_paths=self._include_paths,
                                             contents_type=self._contents_type, max_block_bytes=block_bytes,
                                             max_block_rows=per_task_row_limit, keep_count=self._equalize != "none")
-                    size = self._row_bytes(self._source.manifest, part.files)
+                    size = self._row_bytes(part.files)
                     size += part.nbytes if self._contents_type is not None else 0
                 if node is not None:
                     read_fn = owners_mod.owned(read_fn, node, owners[node])
@@ -335,7 +360,7 @@ class UCVolumeDatasource(Datasource):
 
     def _check_share(self) -> tuple[int, int]:
         """Raise on the driver if this copy would read nothing; return its in-memory size (rows, contents)."""
-        reader, manifest = self._source.reader, self._source.manifest
+        reader = self._source.reader
         pieces = self._share(0)[1]
         if not pieces:
             raise OptionError(
@@ -345,16 +370,15 @@ class UCVolumeDatasource(Datasource):
         if self._tables:
             return sum(reader.weights(pieces)), 0
         files = reader.files_of(pieces, seed=0, shuffle=False)
-        return self._row_bytes(manifest, files), int(manifest.sizes[np.asarray(files, dtype=np.int64)].sum())
+        return self._row_bytes(files), int(reader.sizes_of(files).sum())
 
-    def _row_bytes(self, manifest: Manifest, items: Sequence[int]) -> int:
+    def _row_bytes(self, items: Sequence[int]) -> int:
         """Arrow bytes of the rows of files `items` but their contents: their strings and sizes."""
-        items = np.asarray(items, dtype=np.int64)
-        paths, names = manifest.paths.lengths(items)
+        paths, names = self._source.reader.path_lengths(np.asarray(items, dtype=np.int64))
         cache_dir = self._tasks.cache_dir or default_dir()
         n = len(items) * _ROW_BYTES + int(entry_path_length(cache_dir, names).sum())
         if self._include_paths:
-            n += len(items) * (len(manifest.root) + 1) + int(paths.sum())
+            n += int(paths.sum())
         return n
 
 

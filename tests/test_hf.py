@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import io
 import os
 import pickle
@@ -428,3 +429,36 @@ def test_demo_section(volume, capsys):
     out = capsys.readouterr().out
     assert "2 shards, labels ['cat', 'dog', 'fish']" in out
     assert "epoch 1: 300 images decoded" in out and "4 shards, rows per rank [150, 150]" in out
+
+
+# -- mixtures -----------------------------------------------------------------
+
+
+def test_a_mixture_reads_each_sources_share_in_equal_shards(volume, hf_cache):
+    volume.files("chat", 40)
+    volume.files("safety", 6)
+    sources = [{"path": volume.path("chat"), "proportion": 0.75}, {"path": volume.path("safety"), "proportion": 0.25}]
+    ds = load_dataset("uc-volume", sources=sources, epoch_size=48, split="train", streaming=True, cache_dir=hf_cache,
+                      world_size=2, num_workers=2, equalize="pad", shuffle=True, decode="bytes")
+    assert ds.num_shards == 4
+    by_rank = [list(air_hf.split_for_rank(ds, rank=r, world_size=2)) for r in range(2)]
+    assert [len(rows) for rows in by_rank] == [24, 24]
+    got = [r["path"] for rows in by_rank for r in rows]
+    chat = [p for p in got if "/chat/" in p]
+    safety = [p for p in got if "/safety/" in p]
+    assert len(chat) == 36 and len(set(chat)) == 36  # 36 of 40, none twice
+    assert len(safety) == 12 and set(collections.Counter(safety).values()) == {2}  # 6 files, twice each
+    assert all(len(r["bytes"]) == r["size"] for rows in by_rank for r in rows)
+
+
+def test_a_mixture_refuses_what_it_does_not_read_yet(volume, hf_cache):
+    volume.files("chat", 4)
+    sources = [{"path": volume.path("chat"), "repeat": 1}]
+    with pytest.raises(OptionError, match="labels=True is not read over a mixture"):
+        load_dataset("uc-volume", sources=sources, labels=True, split="train", streaming=True, cache_dir=hf_cache)
+    with pytest.raises(OptionError, match="give data_dir= in each source's dict"):
+        load_dataset("uc-volume", sources=sources, data_dir=volume.path("chat"), split="train", streaming=True,
+                     cache_dir=hf_cache)
+    with pytest.raises(OptionError, match=r"sources\[0\] .*exactly one weight"):
+        load_dataset("uc-volume", sources=[{"path": volume.path("chat")}], split="train", streaming=True,
+                     cache_dir=hf_cache)

@@ -447,3 +447,46 @@ def test_local_path_of_a_row_is_valid_on_any_node(volume, tmp_path):
         air_ray.local_path({**moved, "local_path": "/nowhere/" + Path(copy).name}, cache_dir=str(tmp_path / "c3"))
     with pytest.raises(OptionError, match="include_paths"):
         air_ray.local_path({"local_path": "/nowhere/x", "size": 1})
+
+
+# -- mixtures -----------------------------------------------------------------
+
+
+def mixture(volume) -> list[dict]:
+    volume.files("chat", 50, size=lambda i: 50 + (i * 7919) % 3000)
+    volume.files("safety", 4)
+    return [{"path": volume.path("chat"), "choose": 25}, {"path": volume.path("safety"), "choose": 8}]
+
+
+def test_a_mixtures_read_tasks_read_each_sources_share_per_execution(volume):
+    source = UCVolumeDatasource(sources=mixture(volume), shuffle=FileShuffleConfig(seed=3), include_paths=True)
+    chat = Counter()
+    context = DataContext.get_current()
+    for execution in range(2):
+        saved, context._execution_idx = context._execution_idx, execution
+        try:
+            tasks = source.get_read_tasks(3, data_context=context)
+        finally:
+            context._execution_idx = saved
+        assert sum(t.metadata.num_rows for t in tasks) == 33
+        got = Counter(p for t in tasks for block in t() for p in block.column("path").to_pylist())
+        assert sorted(c for p, c in got.items() if "/safety/" in p) == [2, 2, 2, 2]
+        chat.update(p for p in got if "/chat/" in p)
+    assert len(chat) == 50 and set(chat.values()) == {1}  # 2 x 25 of 50: every file once
+
+
+@pytest.mark.slow
+def test_a_mixture_through_read_uc_volume_gives_ranks_equal_shares(volume, ray_cluster):
+    sources = mixture(volume)
+    got = [[r["path"] for r in read_uc_volume(sources=sources, rank=r, world_size=2, equalize="pad",
+                                              shuffle=FileShuffleConfig(seed=1)).take_all()] for r in range(2)]
+    assert [len(g) for g in got] == [17, 17]  # 33 items, one repeated to pad the short rank
+    every = Counter(p for g in got for p in g)
+    assert sum(every.values()) == 34 and len({p for p in every if "/safety/" in p}) == 4
+    assert sum(c for p, c in every.items() if "/chat/" in p) in (25, 26)
+    assert sum(c for p, c in every.items() if "/safety/" in p) in (8, 9)
+
+
+def test_a_mixture_refuses_a_selection_beside_its_sources(volume):
+    with pytest.raises(OptionError, match="give include= there"):
+        UCVolumeDatasource(sources=mixture(volume), include="*.bin")

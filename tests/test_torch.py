@@ -395,3 +395,50 @@ def test_dcp_overwrite_and_torch_save_on_a_volume(volume):
 def test_air_core_never_imports_torch():
     code = "import sys, air_core, air_core.stream, air_core.planning.shares; assert 'torch' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
+
+
+def mixture(volume) -> list[dict]:
+    named_files(volume.local("big"), 40)
+    for i in range(5):
+        volume.write(f"small/s{i}.bin", f"small/s{i}\n".encode() + os.urandom(30 * i))
+    return [{"path": volume.path("big"), "choose": 20}, {"path": volume.path("small"), "choose": 10}]
+
+
+def test_a_mixture_dataset_is_small_when_pickled(volume):
+    dataset = UCVolumeDataset(sources=mixture(volume), shuffle=True)
+    assert len(pickle.dumps(dataset)) < 4000
+    assert len(pickle.loads(pickle.dumps(dataset))._stream) == 30
+
+
+@pytest.mark.slow
+def test_a_mixture_reads_each_sources_share_per_epoch_through_workers(volume):
+    dataset = UCVolumeDataset(sources=mixture(volume), shuffle=True, seed=2)
+    loader = DataLoader(Names(dataset), batch_size=4, num_workers=2, collate_fn=list)
+    big = Counter()
+    for _ in range(2):
+        got = Counter(n for b in loader for n in b)
+        assert {n: c for n, c in got.items() if n.startswith("small/")} == {f"small/s{i}": 2 for i in range(5)}
+        epoch_big = Counter({n: c for n, c in got.items() if not n.startswith("small/")})
+        assert sum(epoch_big.values()) == 20
+        big.update(epoch_big)
+    assert len(big) == 40 and set(big.values()) == {1}  # 2 x 20 of the 40 big files: none twice yet
+
+
+@pytest.mark.slow
+@pytest.mark.filterwarnings("ignore:This DataLoader will create 3 worker processes")
+def test_a_mixture_resumes_past_the_first_epoch_on_other_workers_exactly_once(volume):
+    sources = mixture(volume)
+    whole = UCVolumeDataset(sources=sources, shuffle=True, seed=4)
+    whole.set_epoch(2)
+    want = Counter(n for n in Names(whole))
+    dataset = UCVolumeDataset(sources=sources, shuffle=True, seed=4)
+    dataset.set_epoch(2)
+    loader = DataLoader(Names(dataset), batch_size=3, num_workers=2, collate_fn=list)
+    iterator = iter(loader)
+    before = [n for _ in range(3) for n in next(iterator)]
+    state = loader.state_dict()
+    del iterator
+    resumed = DataLoader(Names(UCVolumeDataset(sources=sources, shuffle=True, seed=4)), batch_size=3, num_workers=3,
+                         collate_fn=list)
+    resumed.load_state_dict(state)
+    assert Counter(before + [n for b in resumed for n in b]) == want

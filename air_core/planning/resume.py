@@ -22,7 +22,7 @@ versions 1 and 2 called them `plan`, and `upgrade` renames them.
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -115,12 +115,17 @@ def plan(
     balance: Balance = "bytes",
     equalize: Equalize = "none",
     by_size: np.ndarray | None = None,
+    deal_order: Callable[[int], np.ndarray] | None = None,
 ) -> list[int]:
     """The items one stream reads in `epoch` after resuming the run `state` (None: from the epoch's start), in order.
 
     `by_size`: `plan.largest_first(sizes)`, when the listing carries it.
+    `deal_order`: the order the bytes deal over a number of ranks follows,
+    where it depends on that number (a mixture's, `mixture.Epoch.deal_order`);
+    default: largest first.
     """
-    planner = _Planner(Epoch(sizes, epoch=epoch, seed=seed, shuffle=shuffle, by_size=by_size), balance, equalize)
+    planner = _Planner(Epoch(sizes, epoch=epoch, seed=seed, shuffle=shuffle, by_size=by_size), balance, equalize,
+                       deal_order)
     return planner.stream(state, grid).tolist()
 
 
@@ -148,8 +153,11 @@ class _Planner:
     exponential, time in their depth.
     """
 
-    def __init__(self, epoch: Epoch, balance: Balance, equalize: Equalize) -> None:
+    def __init__(self, epoch: Epoch, balance: Balance, equalize: Equalize,
+                 deal_order: Callable[[int], np.ndarray] | None = None) -> None:
         self.epoch, self.sizes, self.balance, self.equalize = epoch, epoch.sizes, balance, equalize
+        self._deal_order = deal_order
+        self._epochs: dict[int, Epoch] = {}
         self._shares: dict[tuple[int, int], list[np.ndarray]] = {}
         self._first: dict[tuple[None, int, int], np.ndarray] = {}
         self._parts: dict[tuple[int, int, int, int], np.ndarray] = {}
@@ -173,8 +181,8 @@ class _Planner:
         if state is None and (id(None), world_size) not in self._shares:
             key = (None, world_size, rank)
             if key not in self._first:
-                self._first[key] = Deal(self.epoch, world_size, balance=self.balance, equalize=self.equalize,
-                                        excluded=None).share(rank)
+                self._first[key] = Deal(self.dealt(world_size), world_size, balance=self.balance,
+                                        equalize=self.equalize, excluded=None).share(rank)
             return self._first[key]
         return self.shares(state, world_size)[rank]
 
@@ -187,9 +195,18 @@ class _Planner:
                 gone = None if state is None else self.delivered(state)
                 if gone is not None and not gone.any():
                     gone = None  # nothing delivered: planned as at the epoch's start
-                out = Deal(self.epoch, world_size, balance=self.balance, equalize=self.equalize, excluded=gone).shares()
+                out = Deal(self.dealt(world_size), world_size, balance=self.balance, equalize=self.equalize,
+                           excluded=gone).shares()
             self._shares[key] = out
         return self._shares[key]
+
+    def dealt(self, world_size: int) -> Epoch:
+        """The epoch as the deal over `world_size` ranks orders it."""
+        if self._deal_order is None:
+            return self.epoch
+        if world_size not in self._epochs:
+            self._epochs[world_size] = self.epoch.dealt_in(self._deal_order(world_size))
+        return self._epochs[world_size]
 
     def _kept(self, state: dict, world_size: int) -> list[np.ndarray] | None:
         """What is left of each rank's own share, if the run had `world_size` ranks and that stays as even."""

@@ -156,6 +156,15 @@ class Epoch:
         """The items largest first, ties by item: the order of the bytes deal."""
         return largest_first(self.sizes)
 
+    def dealt_in(self, by_size: np.ndarray) -> Epoch:
+        """This epoch with `by_size` as the bytes deal's order instead of largest first (a mixture's, which
+        depends on the number of ranks), sharing its read order."""
+        other = Epoch(self.sizes, epoch=self._shuffle[0], seed=self._shuffle[1], shuffle=self._shuffle[2],
+                      by_size=by_size)
+        if "order" in self.__dict__:
+            other.order = self.order
+        return other
+
     def in_order(self, items: np.ndarray) -> np.ndarray:
         """`items` (ascending) in the epoch's read order: as `order` holds them, without sorting it all."""
         epoch, seed, shuffle = self._shuffle

@@ -144,9 +144,29 @@ def read_items(
     local_root = local_root or volume.parse(manifest.root).local
     root = manifest.root
 
+    def rows() -> Iterator[list[Row]]:
+        for chunk in chunked(items):
+            yield [(i, f"{root}/{path}", f"{local_root}/{path}", size, mtime)
+                   for i, (path, size, mtime) in zip(chunk, manifest.rows(chunk))]
+
+    return read_rows(rows(), cache, fetch_threads=fetch_threads, prefetch=prefetch, prefetch_bytes=prefetch_bytes,
+                     on_error=on_error)
+
+
+def read_rows(
+    chunks: Iterable[list[Row]],
+    cache: Cache,
+    *,
+    fetch_threads: int = DEFAULT_FETCH_THREADS,
+    prefetch: int = DEFAULT_PREFETCH,
+    prefetch_bytes: int = DEFAULT_PREFETCH_BYTES,
+    on_error: OnError = "raise",
+) -> Iterator[CachedFile | Skipped]:
+    """`read_items` of files given as chunks of rows (see `chunked`), which may come from several listings
+    (a mixture's)."""
+
     def fetch(item: Row) -> CachedFile:
-        i, path, size, mtime = item
-        vpath, src = f"{root}/{path}", f"{local_root}/{path}"
+        i, vpath, src, size, mtime = item
 
         def once() -> CachedFile:
             entry = cache.get(src, vpath, size, mtime)
@@ -162,8 +182,7 @@ def read_items(
             return Skipped(vpath, i, str(e))
 
     def hit(item: Row) -> CachedFile | None:
-        i, path, size, mtime = item
-        vpath = f"{root}/{path}"
+        i, vpath, _, size, mtime = item
         entry = cache.lookup(vpath, size, mtime)
         return None if entry is None else CachedFile(vpath, entry, size, i)
 
@@ -171,37 +190,38 @@ def read_items(
         # A warm epoch is runs of hits: those are yielded straight from one lookup per chunk, without the
         # window of reads ahead, which costs more than the hit itself (a warm item ~2.5 us instead of ~4.3).
         # From the first miss on, `ordered_map` reads ahead as usual, its `quick` still taking hits inline.
-        chunks = _chunks(manifest, items)
-        for chunk in chunks:
-            vpaths = [f"{root}/{path}" for _, path, _, _ in chunk]
-            found = cache.lookup_run([(v, size, mtime) for v, (_, _, size, mtime) in zip(vpaths, chunk)])
-            for v, entry, (i, _, size, _) in zip(vpaths, found, chunk):
-                yield _new_tuple(CachedFile, (v, entry, size, i, True, None))
+        it = iter(chunks)
+        for chunk in it:
+            found = cache.lookup_run([(vpath, size, mtime) for _, vpath, _, size, mtime in chunk])
+            for entry, (i, vpath, _, size, _) in zip(found, chunk):
+                yield _new_tuple(CachedFile, (vpath, entry, size, i, True, None))
             if len(found) == len(chunk):
                 continue
-            rest = chain(chunk[len(found):], (row for later in chunks for row in later))
-            yield from ordered_map(fetch, ((row, row[2]) for row in rest), threads=fetch_threads,
+            rest = chain(chunk[len(found):], (row for later in it for row in later))
+            yield from ordered_map(fetch, ((row, row[3]) for row in rest), threads=fetch_threads,
                                    max_ahead=prefetch, max_bytes=prefetch_bytes, quick=hit)
             return
 
     return hits_then_reads()
 
 
-Row = tuple[int, str, int, int]  # (manifest index, relative path, size, mtime_ns)
-_ROWS_AT_ONCE = 128
+Row = tuple[int, str, str, int, int]  # (index, volume path, local path, size, mtime_ns)
+ROWS_AT_ONCE = 128
 _new_tuple = tuple.__new__  # a named tuple's own constructor is a Python function: too slow for a warm item
 
 
-def _chunks(manifest: Manifest, items: Iterable[int]) -> Iterator[list[Row]]:
-    """The rows of `items`, up to `_ROWS_AT_ONCE` at a time: one decode and one conversion per chunk, not per file.
+def chunked(items: Iterable[int]) -> Iterator[list[int]]:
+    """`items` in chunks of up to `ROWS_AT_ONCE`, to decode their rows of a listing a chunk at a time.
 
-    The first chunks are small, doubling, so that a pass's first file comes
-    after a few lookups, not a hundred (a DataLoader's first batch waits for it).
+    One decode and one conversion per chunk rather than per file: a warm
+    pass costs a `stat` and little else per file. The first chunks are
+    small, doubling, so that a pass's first file comes after a few lookups,
+    not a hundred (a DataLoader's first batch waits for it).
     """
     it, n = iter(items), 4
     while chunk := list(islice(it, n)):
-        yield [(i, path, size, mtime) for i, (path, size, mtime) in zip(chunk, manifest.rows(chunk))]
-        n = min(2 * n, _ROWS_AT_ONCE)
+        yield chunk
+        n = min(2 * n, ROWS_AT_ONCE)
 
 
 class FilesReader(FileRowsReader):

@@ -186,6 +186,20 @@ class FileRowsReader(Reader):
         """
         raise NotImplementedError
 
+    def sizes_of(self, files: Sequence[int]) -> np.ndarray:
+        """The sizes of `files` (listing positions)."""
+        return self.source.manifest.sizes[np.asarray(files, dtype=np.int64)]
+
+    def largest(self) -> int:
+        """The largest file's size."""
+        return int(self.source.manifest.sizes.max())
+
+    def path_lengths(self, files: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+        """The byte lengths of the volume paths of `files` (listing positions) and of their file names."""
+        m = self.source.manifest
+        paths, names = m.paths.lengths(files)
+        return paths + (len(m.root) + 1), names
+
 
 class TableReader(Reader):
     """A format read as its own rows, with a schema (`schema=`, when given: the rows are read into it)."""

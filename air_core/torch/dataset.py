@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import io
-from typing import Any, Iterator, Protocol, Sequence, runtime_checkable
+from typing import Any, Iterator, Mapping, Protocol, Sequence, runtime_checkable
 
 import torch.utils.data
 
@@ -77,6 +77,9 @@ class UCVolumeDataset(torch.utils.data.IterableDataset):
         path: a volume folder, `/Volumes/<catalog>/<schema>/<volume>/...` or
             `dbfs:/Volumes/...`; listed recursively (names starting with `.` or
             `_` are skipped).
+        sources: instead of `path`, a mixture of several folders, each with its
+            weight: every epoch holds each one's share exactly (see `air_core.FileStream`).
+        epoch_size: a mixture of proportions: items per epoch (default: the sources' sizes added up).
         include: glob(s) of files to keep, relative to `path` (`*` crosses `/`).
         exclude: glob(s) of files to leave out.
         shuffle: reorder every share each epoch (seeded, the same on every rank).
@@ -99,8 +102,10 @@ class UCVolumeDataset(torch.utils.data.IterableDataset):
 
     def __init__(
         self,
-        path: str,
+        path: str | None = None,
         *,
+        sources: Sequence[Mapping[str, Any]] | None = None,
+        epoch_size: int | None = None,
         include: str | Sequence[str] | None = None,
         exclude: str | Sequence[str] | None = None,
         shuffle: bool = False,
@@ -117,8 +122,9 @@ class UCVolumeDataset(torch.utils.data.IterableDataset):
     ) -> None:
         super().__init__()
         self._stream = FileStream(
-            path, include=include, exclude=exclude, shuffle=shuffle, seed=seed, balance=balance,
-            equalize=equalize, cache_dir=cache_dir, cache_limit=cache_limit, verify=verify, fetch_threads=fetch_threads,
+            path, sources=sources, epoch_size=epoch_size, include=include, exclude=exclude, shuffle=shuffle, seed=seed,
+            balance=balance, equalize=equalize, cache_dir=cache_dir, cache_limit=cache_limit, verify=verify,
+            fetch_threads=fetch_threads,
             prefetch=prefetch, prefetch_bytes=prefetch_bytes, on_error=on_error,
         )
         # Whether a pass has begun on this copy: the next pass is then the next epoch.
@@ -126,7 +132,7 @@ class UCVolumeDataset(torch.utils.data.IterableDataset):
 
     @property
     def path(self) -> str:
-        """The volume folder, as `/Volumes/c/s/v/...`."""
+        """The volume folder, as `/Volumes/c/s/v/...` (a mixture's folders, for messages)."""
         return self._stream.path
 
     @property

@@ -1,0 +1,286 @@
+"""A mixture: several volume folders read as one stream, each with its share of every epoch.
+
+`resolve_sources` checks what a front door is given as `sources=` (a list of
+dicts: each a folder's `path`, its selection, and one weight) and resolves
+every folder as `resolve_source` does one. The `MixedSource` it returns
+plans and reads like a `Source` of loose files: its listing is the sources'
+listings end to end (an item is its position there), each epoch's items are
+`air_core.planning.mixture`'s, and they are dealt over ranks and workers,
+shuffled and resumed by the planners every stream uses.
+
+Mixtures read loose files (mode "files"); other modes are refused so far.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Any, Iterable, Iterator, Mapping, Sequence
+
+import numpy as np
+
+from . import options, volume
+from .errors import OptionError
+from .grid import Grid
+from .io.cache import Cache
+from .planning import mixture, resume
+from .planning import shares as plan_mod
+from .read.files import (DEFAULT_FETCH_THREADS, DEFAULT_PREFETCH, DEFAULT_PREFETCH_BYTES, CachedFile,
+                         ROWS_AT_ONCE, FilesReader, OnError, Row, Skipped, chunked, read_rows)
+from .read.reader import FileRowsPart
+from .source import Source, resolve_source
+
+# What a source of a mixture may say besides its weight: the selection of its folder's files.
+SOURCE_OPTIONS = ("path", "include", "exclude", "file_extensions", "mode")
+_EPOCHS_HELD = 2
+
+
+def resolve_sources(sources: Sequence[Mapping[str, Any]], *, epoch_size: int | None = None,
+                    cache_dir: str | None = None) -> MixedSource:
+    """Check and resolve a mixture's `sources` (see `air_core.FileStream`).
+
+    Raises:
+        OptionError: a source that is not a dict with a `path`, an unknown key,
+            no weight or two, weights of different kinds, a weight out of range,
+            `epoch_size` with `repeat` or `choose`, a source not of loose files.
+        VolumePathError, EmptyVolumeError: a source folder that is missing or empty
+            (naming it), as for one folder.
+    """
+    if isinstance(sources, (str, Mapping)) or not isinstance(sources, Sequence) or not sources:
+        raise OptionError(f"sources={sources!r:.200}: give a non-empty list of dicts, each with a 'path' and one of "
+                          f"{mixture.WEIGHTS}, e.g. [{{'path': '/Volumes/c/s/v/chat', 'proportion': 0.6}}, ...]")
+    kinds: list[tuple[str, str]] = []
+    resolved, weights = [], []
+    for i, spec in enumerate(sources):
+        name = f"sources[{i}]"
+        if not isinstance(spec, Mapping) or not isinstance(spec.get("path"), str):
+            raise OptionError(f"{name}={spec!r:.200}: give a dict with the folder's 'path' (a str) and its weight")
+        name = f"sources[{i}] ({spec['path']})"
+        if "delta_table" in spec or "delta_version" in spec:
+            raise OptionError(f"{name}: a mixture reads loose files (mode 'files') so far; a Delta table's rows "
+                              "are not mixed yet")
+        options.reject_unknown(spec, SOURCE_OPTIONS + mixture.WEIGHTS, what=f"a source of a mixture, {name}")
+        given = [k for k in mixture.WEIGHTS if k in spec]
+        if len(given) != 1:
+            raise OptionError(f"{name}: give exactly one weight, one of {mixture.WEIGHTS}"
+                              + (f" (it has {given})" if given else ""))
+        kinds.append((given[0], name))
+        if given[0] != kinds[0][0]:
+            raise OptionError(f"{kinds[0][1]} has a {kinds[0][0]!r} but {name} a {given[0]!r}: give every source "
+                              "of a mixture the same kind of weight")
+        source = resolve_source(spec["path"], mode=spec.get("mode", "files"), include=spec.get("include"),
+                                exclude=spec.get("exclude"), file_extensions=spec.get("file_extensions"),
+                                cache_dir=cache_dir)
+        if source.mode != "files":
+            raise OptionError(f"{name} is read in mode {source.mode!r}: a mixture reads loose files (mode 'files') "
+                              "so far; give mode='files', or read it on its own")
+        resolved.append(source)
+        weights.append(spec[given[0]])
+    return MixedSource(resolved, kinds[0][0], weights, epoch_size, [name for _, name in kinds])
+
+
+class MixedSource:
+    """Several sources read as one (make one with `resolve_sources`); it stands where a `Source` of loose files does.
+
+    Attributes:
+        sources: the resolved sources, in the order given.
+        kind, weights, epoch_size: the mixture's weights, as given.
+        counts: the items each source gives every epoch.
+        path, given: the sources' folders, for messages.
+        mode: "files".
+        fingerprint: a digest of the sources' listings and counts: a state
+            saved over another mixture is refused.
+    """
+
+    mode = "files"
+
+    def __init__(self, sources: list[Source], kind: mixture.Weight, weights: list[float], epoch_size: int | None,
+                 names: list[str]) -> None:
+        self.sources, self.kind, self.weights, self.epoch_size = sources, kind, weights, epoch_size
+        sizes = [len(s.manifest) for s in sources]
+        self.counts = mixture.source_counts(sizes, kind, weights, epoch_size=epoch_size, names=names)
+        self.path = self.given = "[" + ", ".join(s.path for s in sources) + "]"
+        # The plan depends on the listings and on each source's count alone, not on how the weights said it.
+        described = json.dumps([[s.fingerprint for s in sources], self.counts])
+        self.fingerprint = hashlib.sha256(described.encode()).hexdigest()[:16]
+        self._epochs: dict[tuple[int, int], mixture.Epoch] = {}
+
+    def __repr__(self) -> str:
+        return f"MixedSource({self.path}, {self.kind}={self.weights}, fingerprint={self.fingerprint!r})"
+
+    @property
+    def reader(self) -> MixtureReader:
+        """How a stream plans and reads the mixture."""
+        return MixtureReader(self)
+
+    @property
+    def manifest(self):
+        raise OptionError(f"a mixture has a listing per source, not one: read each of {self.path} with "
+                          "air_core.resolve_source(path).manifest")
+
+    def epoch(self, epoch: int, seed: int) -> mixture.Epoch:
+        """The items of `epoch` (kept for the last few epochs asked: a pass plans, counts and reads one)."""
+        key = (epoch, seed)
+        if key not in self._epochs:
+            while len(self._epochs) >= _EPOCHS_HELD:
+                del self._epochs[next(iter(self._epochs))]
+            manifests = [s.manifest for s in self.sources]
+            self._epochs[key] = mixture.Epoch([m.sizes for m in manifests], self.counts, epoch=epoch, seed=seed,
+                                              by_size=[m.largest_first for m in manifests])
+        return self._epochs[key]
+
+    @property
+    def offsets(self) -> np.ndarray:
+        """Where each source's items start in the mixture's listing (and, last, its length)."""
+        return np.concatenate([[0], np.cumsum([len(s.manifest) for s in self.sources])]).astype(np.int64)
+
+    def locate(self, items: np.ndarray) -> Iterator[tuple[int, np.ndarray, np.ndarray]]:
+        """(source, positions in `items`, listing positions in the source) of the `items` of each source."""
+        offsets = self.offsets
+        which = np.searchsorted(offsets, items, side="right") - 1
+        for s in np.unique(which).tolist():
+            at = np.flatnonzero(which == s)
+            yield s, at, items[at] - offsets[s]
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "_epochs": {}}
+
+
+class MixtureReader:
+    """A `FileRowsReader`'s methods, for a mixture, as `FileStream`, the `uc-volume` builder and
+    `UCVolumeDatasource` use them: its items are places in the mixture's listing, and an epoch may hold one
+    several times."""
+
+    counts = "files"
+
+    def __init__(self, mixed: MixedSource) -> None:
+        self.mixed = mixed
+
+    def epoch_items(self, epoch: int, *, seed: int) -> list[int]:
+        """The items `epoch` holds (with repeats), the sources interleaved: a door that deals them itself."""
+        return self.mixed.epoch(epoch, seed).items.tolist()
+
+    def pieces(self, files: Sequence[int]) -> list[int]:
+        return list(files)
+
+    def count(self, pieces: Sequence[int]) -> int:
+        return len(pieces)
+
+    def deal(self, pieces: Sequence[int], parts: int, *, seed: int, shuffle: bool,
+             equalize: plan_mod.Equalize) -> list[list[int]]:
+        """`pieces` dealt into `parts` byte-balanced parts, by position (an item held twice may go to two)."""
+        sizes = self.sizes_of(pieces)
+        dealt = plan_mod.rank_shares(sizes, world_size=parts, seed=seed, shuffle=shuffle, equalize=equalize)
+        return [[pieces[k] for k in part] for part in dealt]
+
+    def files_of(self, pieces: Sequence[int], *, seed: int, shuffle: bool) -> list[int]:
+        return list(pieces)
+
+    def check(self, **opts: Any) -> None:
+        """Refuse what some source's reader refuses."""
+        for source in self.mixed.sources:
+            source.reader.check(**opts)
+
+    def plan(self, grid: Grid, resumed_from: dict | None, *, epoch: int, seed: int, shuffle: bool, balance: str,
+             equalize: plan_mod.Equalize) -> list[int]:
+        """The items one stream reads in `epoch` after resuming the run `resumed_from`."""
+        ep = self.mixed.epoch(epoch, seed)
+        slots = resume.plan(ep.sizes, grid, resumed_from, epoch=epoch, seed=seed, shuffle=shuffle, balance=balance,
+                            equalize=equalize, deal_order=ep.deal_order if balance == "bytes" else None)
+        return ep.items[np.asarray(slots, dtype=np.int64)].tolist()
+
+    def rank_count(self, rank: int, world_size: int, *, epoch: int, seed: int, shuffle: bool, balance: str,
+                   equalize: plan_mod.Equalize) -> int:
+        """How many items `rank` reads in `epoch`."""
+        ep = self.mixed.epoch(epoch, seed)
+        order = plan_mod.Epoch(ep.sizes, epoch=epoch, seed=seed, shuffle=shuffle,
+                               by_size=ep.deal_order(world_size) if balance == "bytes" else None)
+        deal = plan_mod.Deal(order, world_size, balance=balance, equalize=equalize, excluded=None)
+        return len(deal.share(rank))
+
+    def read_files(self, items: Sequence[int], cache: Cache, *, fetch_threads: int, on_error: OnError = "raise",
+                   **fetch: int) -> Iterator[CachedFile | Skipped]:
+        """The items, in order, through the node cache, fetched ahead (one pool for every source)."""
+        return read_rows(self._rows(items), cache, fetch_threads=fetch_threads, on_error=on_error, **fetch)
+
+    def _rows(self, items: Iterable[int]) -> Iterator[list[Row]]:
+        """The items' rows, decoded a chunk at a time, source by source within the chunk."""
+        manifests = [s.manifest for s in self.mixed.sources]
+        # Where each folder lies in this process, as for one folder (`read_items`).
+        local = [volume.parse(m.root).local for m in manifests]
+        for chunk in chunked(items):
+            at_once = np.asarray(chunk, dtype=np.int64)
+            rows: list[Any] = [None] * len(chunk)
+            for s, at, files in self.mixed.locate(at_once):
+                m = manifests[s]
+                for k, (path, size, mtime) in zip(at.tolist(), m.rows(files)):
+                    rows[k] = (chunk[k], f"{m.root}/{path}", f"{local[s]}/{path}", size, mtime)
+            yield rows
+
+    # -- what a Ray datasource asks --------------------------------------------------
+
+    pieces_per_task = FilesReader.pieces_per_task
+
+    def share(self, rank: int, world_size: int, *, epoch: int, seed: int, shuffle: bool,
+              equalize: plan_mod.Equalize) -> tuple[np.ndarray, list[int]]:
+        """`rank`'s items in `epoch`, in read order, each keyed by itself: its place in the mixture's listing."""
+        items = self.plan(Grid(rank, world_size), None, epoch=epoch, seed=seed, shuffle=shuffle, balance="bytes",
+                          equalize=equalize)
+        return np.asarray(items, dtype=np.int64), items
+
+    def share_weights(self, rank: int, world_size: int, *, equalize: plan_mod.Equalize) -> np.ndarray:
+        """The bytes of every item of the mixture's listing (any may be drawn into a rank's share)."""
+        return np.concatenate([s.manifest.sizes for s in self.mixed.sources])
+
+    def sizes_of(self, files: Sequence[int]) -> np.ndarray:
+        out = np.empty(len(files), np.int64)
+        for s, at, local in self.mixed.locate(np.asarray(files, dtype=np.int64)):
+            out[at] = self.mixed.sources[s].manifest.sizes[local]
+        return out
+
+    def weights(self, pieces: Sequence[int]) -> list[int]:
+        return self.sizes_of(pieces).tolist()
+
+    def largest(self) -> int:
+        return max(s.reader.largest() for s in self.mixed.sources)
+
+    def path_lengths(self, files: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+        paths, names = np.empty(len(files), np.int64), np.empty(len(files), np.int64)
+        for s, at, local in self.mixed.locate(np.asarray(files, dtype=np.int64)):
+            paths[at], names[at] = self.mixed.sources[s].reader.path_lengths(local)
+        return paths, names
+
+    def part(self, pieces: Sequence[int], *, epoch: int, seed: int, shuffle: bool) -> MixedFilesPart:
+        """The files `pieces` (places in the mixture's listing) packed to be read in another process."""
+        items = np.asarray(pieces, dtype=np.int64)
+        listing: list[Any] = [None] * len(items)
+        which = [0] * len(items)
+        for s, at, local in self.mixed.locate(items):
+            for k, row in zip(at.tolist(), self.mixed.sources[s].manifest.rows(local)):
+                listing[k], which[k] = row, s
+        roots = [(src.manifest.root, src.local) for src in self.mixed.sources]
+        return MixedFilesPart(roots, listing, which, list(pieces))
+
+
+@dataclass(frozen=True)
+class MixedFilesPart(FileRowsPart):
+    """Files of a mixture to read elsewhere: their rows of their sources' listings, and where each source's
+    folder lies on the machine that listed it (a Ray worker may not share the driver's `AIR_VOLUMES_ROOT`)."""
+
+    roots: list[tuple[str, str]]
+    listing: list[tuple[str, int, int]]
+    which: list[int]
+    files: list[int]
+
+    @property
+    def input_files(self) -> list[str]:
+        return [f"{self.roots[s][0]}/{r[0]}" for s, r in zip(self.which, self.listing)]
+
+    def read(self, cache: Cache, *, fetch_threads: int = DEFAULT_FETCH_THREADS, prefetch: int = DEFAULT_PREFETCH,
+             prefetch_bytes: int = DEFAULT_PREFETCH_BYTES, on_error: OnError = "raise",
+             columns: Sequence[str] | None = None) -> Iterator[CachedFile | Skipped]:
+        rows = [(i, f"{self.roots[s][0]}/{path}", f"{self.roots[s][1]}/{path}", size, mtime)
+                for i, s, (path, size, mtime) in zip(self.files, self.which, self.listing)]
+        return read_rows([rows[k:k + ROWS_AT_ONCE] for k in range(0, len(rows), ROWS_AT_ONCE)], cache, fetch_threads=fetch_threads, prefetch=prefetch, prefetch_bytes=prefetch_bytes,
+                         on_error=on_error)

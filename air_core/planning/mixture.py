@@ -1,0 +1,249 @@
+"""Mixtures: which items of each source one epoch holds, and on which rank each is read. Pure: numbers in, arrays out.
+
+A mixture gives every source one kind of weight (as mosaic-streaming's
+`Stream` does): a `proportion` of each epoch of `epoch_size` items (default:
+the sources' sizes added up; proportions are relative, normalised to sum 1),
+a `repeat` (its items, times this, per epoch; fractions allowed) or a
+`choose` (this many of its items per epoch). Source *i* then holds exactly
+*kᵢ* items every epoch, the quotas rounded by largest remainder so that they
+add up to the epoch's size.
+
+Which items: a source of *n* items holding *k = q·n + r* (r < n) holds all
+of its items q times, and r items walked from an endless sequence of seeded
+permutations of its items (cycle 0, cycle 1, ...): epoch e takes positions
+[e·r, (e+1)·r) of it. So every item is taken once before any is taken again,
+across epochs, and any epoch's items are computed from (seed, epoch) in closed
+form, without replaying the epochs before it: a resume is counts. (An epoch
+whose r items straddle two cycles may hold an item from the end of one and
+again from the start of the next.)
+
+Items are numbered over the sources laid end to end (source *i*'s item j is
+`offsets[i] + j`): the mixture's listing. The epoch's items (`Epoch.items`,
+with repeats) are its *slots*, dealt over ranks and workers by
+`air_core.planning.shares` like any listing's items, in the order
+`Epoch.deal_order` gives for the number of ranks: each slot goes to its
+item's home rank, the rank today's bytes deal gives that item in the
+mixture's whole listing (sizes alone, no epoch), so an item taken in several
+epochs is read on the same rank each time and its node's cache keeps serving
+it. Only to even out the counts (which the deal keeps within one per rank,
+so `equalize` costs at most one item) are the excess slots of a rank that
+drew more than its share moved to ranks that drew fewer: about √(k/R) slots
+per rank. A rank's bytes are then its share of each source's (balanced by
+that source's deal) up to the chance of which items an epoch draws: ranks'
+bytes differ by a per cent or two (2,000 to 100,000 items over 4 to 8
+ranks), against ~0 for a deal by size alone, which would move most items
+between ranks from one epoch to the next. A source read whole every epoch
+(`repeat` a whole number) is balanced as one folder is.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import numbers
+from fractions import Fraction
+from typing import Literal, Sequence
+
+import numpy as np
+
+from ..errors import OptionError
+from .shares import _lane_count, _snake_lanes, largest_first
+
+Weight = Literal["proportion", "repeat", "choose"]
+WEIGHTS = ("proportion", "repeat", "choose")
+
+
+def source_counts(sizes: Sequence[int], kind: Weight, weights: Sequence[float], *, epoch_size: int | None = None,
+                  names: Sequence[str] | None = None) -> list[int]:
+    """How many items each source holds per epoch: the quotas `kind` and `weights` ask, by largest remainder.
+
+    `names` name the sources in errors (default: "source 0", "source 1", ...).
+
+    Raises:
+        OptionError: a weight that is not a finite number >= 0 (`choose`: a whole
+            number), weights all zero or an epoch of no items, an empty source, `epoch_size` with
+            `repeat` or `choose`, or one that is not a whole number >= 1.
+    """
+    names = list(names) if names is not None else [f"source {i}" for i in range(len(sizes))]
+    if not len(sizes):
+        raise OptionError("sources=[]: give at least one source, a dict with its 'path' and its weight")
+    if kind not in WEIGHTS:
+        raise OptionError(f"weight kind {kind!r}: choose one of {WEIGHTS}")
+    for name, n in zip(names, sizes):
+        if n < 1:
+            raise OptionError(f"{name} holds no items: a source of a mixture must hold some")
+    exact = [_weight(kind, w, name) for w, name in zip(weights, names)]
+    if not any(exact):
+        raise OptionError(f"every source's {kind} is 0: give at least one source a {kind} above 0")
+    if kind == "proportion":
+        if epoch_size is None:
+            epoch_size = int(sum(sizes))
+        elif not isinstance(epoch_size, int) or isinstance(epoch_size, bool) or epoch_size < 1:
+            raise OptionError(f"epoch_size={epoch_size!r}: give a whole number of items >= 1, or None for the "
+                              "sources' sizes added up")
+        total = sum(exact)
+        quotas = [Fraction(epoch_size) * w / total for w in exact]
+    else:
+        if epoch_size is not None:
+            raise OptionError(f"epoch_size={epoch_size!r} goes with 'proportion': with {kind!r} each source's weight "
+                              "says how many items it gives an epoch; leave epoch_size unset")
+        quotas = [w * n if kind == "repeat" else w for w, n in zip(exact, sizes)]
+        epoch_size = math.floor(sum(quotas) + Fraction(1, 2))
+        if not epoch_size:
+            raise OptionError(f"{kind}={[float(w) for w in exact]} of {list(sizes)} items rounds to an epoch of no "
+                              f"items: give larger weights")
+    return _largest_remainder(quotas, epoch_size)
+
+
+def _weight(kind: Weight, value: object, name: str) -> Fraction:
+    """A weight as an exact fraction (its decimal form, so 0.1 is a tenth), checked."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value) or value < 0:
+        raise OptionError(f"{name}: {kind}={value!r}: give a finite number >= 0")
+    if kind == "choose" and value != int(value):
+        raise OptionError(f"{name}: choose={value!r}: give a whole number of items")
+    return Fraction(int(value)) if isinstance(value, numbers.Integral) else Fraction(str(float(value)))
+
+
+def _largest_remainder(quotas: Sequence[Fraction], total: int) -> list[int]:
+    """Whole counts adding up to `total`: each quota's floor, the rest to the largest remainders (ties by source)."""
+    counts = [math.floor(q) for q in quotas]
+    by_remainder = sorted(range(len(quotas)), key=lambda i: (-(quotas[i] - counts[i]), i))
+    for i in by_remainder[: total - sum(counts)]:
+        counts[i] += 1
+    return counts
+
+
+def picks(n: int, k: int, *, seed: int, epoch: int, source: int) -> np.ndarray:
+    """The items (0..n-1, with repeats, ascending) that a source of `n` items holding `k` per epoch gives `epoch`.
+
+    Every item ⌊k/n⌋ times, and the next k mod n positions of the source's walk
+    over its cycles of seeded permutations (see the module's docstring).
+    """
+    whole, r = divmod(k, n)
+    start = epoch * r
+    cycle, at = divmod(start, n)
+    rest = [_cycle_part(n, seed, source, cycle, at, min(at + r, n))]
+    if at + r > n:
+        rest.append(_cycle_part(n, seed, source, cycle + 1, 0, at + r - n))
+    out = np.concatenate([np.repeat(np.arange(n, dtype=np.int64), whole), *rest])
+    out.sort()
+    return out
+
+
+def _cycle_part(n: int, seed: int, source: int, cycle: int, lo: int, hi: int) -> np.ndarray:
+    """The items at positions [lo, hi) of the source's permutation `cycle`, in no particular order.
+
+    The permutation sorts the items by the raw output of a PCG64 seeded by
+    (seed, source, cycle), whose stream NumPy keeps stable across versions, the
+    item in a key's low bits so the keys are distinct. Only which items lie in
+    [lo, hi) is needed: a partition finds them in one pass, no sort.
+    """
+    if hi <= lo:
+        return np.zeros(0, np.int64)
+    digest = hashlib.sha256(f"air-mix:{seed}:{source}:{cycle}".encode()).digest()
+    keys = np.random.PCG64(int.from_bytes(digest, "little")).random_raw(n)
+    bits = (n - 1).bit_length()
+    keys >>= np.uint64(bits)
+    keys <<= np.uint64(bits)
+    keys |= np.arange(n, dtype=np.uint64)
+    if lo or hi < n:  # else all of them
+        keys = np.partition(keys, ([lo] if lo else []) + ([hi - 1] if hi < n else []))[lo:hi]
+    keys &= np.uint64((1 << bits) - 1)
+    return keys.view(np.int64)
+
+
+class Epoch:
+    """One epoch of a mixture: its slots (the items it holds, with repeats) and their deal order.
+
+    Args:
+        sizes: every source's items' sizes (bytes), one array per source, in the sources' order.
+        counts: the items each source holds per epoch (`source_counts`).
+        epoch, seed: which epoch, and the mixture's seed (the same on every rank).
+        by_size: each source's `shares.largest_first` order, when its listing carries it.
+
+    Attributes:
+        offsets: where each source's items start in the mixture's listing.
+        items: the slots' items (numbered in the mixture's listing), the
+            sources' picks interleaved evenly (source i's j-th pick at
+            (j + ½)/kᵢ of the way), so that an unshuffled epoch alternates
+            them in their proportions.
+        sizes: the slots' sizes.
+    """
+
+    def __init__(self, sizes: Sequence[np.ndarray], counts: Sequence[int], *, epoch: int, seed: int,
+                 by_size: Sequence[np.ndarray] | None = None) -> None:
+        lengths = [len(s) for s in sizes]
+        self._by_size = by_size if by_size is not None else [largest_first(np.asarray(s, np.int64)) for s in sizes]
+        self.offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+        self._chosen = [picks(n, k, seed=seed, epoch=epoch, source=i) for i, (n, k) in enumerate(zip(lengths, counts))]
+        where = np.concatenate([(np.arange(k) + 0.5) / k for k in counts if k])
+        # Each source's keys are ascending: a stable sort merges the runs (ties go to the earlier source).
+        self._interleave = np.argsort(where, kind="stable")
+        # Gathered source by source, in ascending order (a pass each), then interleaved: one random gather.
+        self.items = self._interleaved([c + off for c, off in zip(self._chosen, self.offsets.tolist())])
+        self.sizes = self._interleaved([np.asarray(s, dtype=np.int64)[c] for s, c in zip(sizes, self._chosen)])
+        self._orders: dict[int, np.ndarray] = {}
+
+    def _interleaved(self, per_source: list[np.ndarray]) -> np.ndarray:
+        """The slots' values, from each source's values of its picks."""
+        return np.concatenate(per_source)[self._interleave]
+
+    def source_of(self, items: np.ndarray) -> np.ndarray:
+        """The source each of `items` (numbered in the mixture's listing) comes from."""
+        return np.searchsorted(self.offsets, items, side="right") - 1
+
+    def deal_order(self, world_size: int) -> np.ndarray:
+        """The slots in the order whose snake deal over `world_size` ranks (`shares.Deal`, balance "bytes")
+        gives each slot its item's home rank, save the slots moved to even out the counts.
+
+        Each rank's slots sit largest first at the positions the snake gives
+        that rank, so the order stays close to largest first: a resume that
+        deals the rest over another number of ranks still balances bytes.
+        """
+        if world_size not in self._orders:  # a pass plans and counts with it
+            self._orders[world_size] = self._deal_order(world_size)
+        return self._orders[world_size]
+
+    def _deal_order(self, world_size: int) -> np.ndarray:
+        n = len(self.items)
+        by_size = largest_first(self.sizes.copy())
+        if world_size == 1 or not n:
+            return by_size
+        small = np.min_scalar_type(world_size)  # in 8 or 16 bits numpy's stable sort is a radix sort: one pass
+        homes = []
+        for order, chosen in zip(self._by_size, self._chosen):  # each source's own deal: balanced, whatever its share
+            home = np.empty(len(order), small)
+            home[order] = _snake_lanes(world_size, len(order))
+            homes.append(home[chosen])
+        rank = self._interleaved(homes)
+        want = np.array([_lane_count(world_size, r, n) for r in range(world_size)])
+        drawn = np.bincount(rank, minlength=world_size)
+        if (drawn != want).any():
+            rank = _evened(rank, self.sizes, drawn, want)
+        grouped = by_size[np.argsort(rank[by_size], kind="stable")]  # rank by rank, largest first
+        order = np.empty(n, np.int64)
+        # The snake's positions, rank by rank, each rank's ascending.
+        order[np.argsort(_snake_lanes(world_size, n).astype(small), kind="stable")] = grouped
+        return order
+
+
+def _evened(rank: np.ndarray, sizes: np.ndarray, drawn: np.ndarray, want: np.ndarray) -> np.ndarray:
+    """`rank` (in 8 or 16 bits) with the excess of each rank that drew more slots than it `want`s moved to
+    those that drew fewer.
+
+    The slots a rank gives up are spread evenly over its slots (in the
+    epoch's order, which sizes do not follow), and they go, largest first,
+    round the short ranks in proportion to what each lacks, so each rank's
+    bytes stay near its share of the bytes.
+    """
+    by_rank = np.argsort(rank, kind="stable")
+    starts = np.concatenate([[0], np.cumsum(drawn)[:-1]])
+    moved = np.concatenate([by_rank[starts[r] + (np.arange(drawn[r] - want[r]) * drawn[r]) // (drawn[r] - want[r])]
+                            for r in np.flatnonzero(drawn > want)])
+    moved = moved[np.argsort(-sizes[moved], kind="stable")]
+    lack = np.maximum(want - drawn, 0)
+    short = np.repeat(np.arange(len(want)), lack)
+    spot = np.concatenate([(np.arange(d) + 0.5) / d for d in lack if d])
+    out = rank.copy()
+    out[moved] = short[np.argsort(spot, kind="stable")]
+    return out
