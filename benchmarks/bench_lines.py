@@ -44,12 +44,12 @@ import argparse
 import json
 import os
 import shutil
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 from common import netvol
+from ranks import (cleanup, cpu_s, emit, environment, epochs, one_process, ranks, ray_executions,
+                   tables_dataset)
 
 VOLUME = "/Volumes/main/bench/lines"
 CASES = {"big": "one JSON Lines file of 1 GB", "many": "64 JSON Lines files of 16 MB"}
@@ -148,59 +148,17 @@ def data_files(local: str, case: str) -> list[str]:
 
 # -- measurements, each run in its own process ------------------------------------------
 
-def trace_bytes() -> tuple[int, int]:
-    """(bytes read from the volume, opens) in this process tree's trace so far."""
-    nbytes = opens = 0
-    with open(os.environ["NETVOL_TRACE"]) as f:
-        for line in f:
-            if line.startswith("read "):
-                nbytes += int(line.rsplit(" ", 1)[1])
-            elif line.startswith("open "):
-                opens += 1
-    return nbytes, opens
-
-
 def count(rows: list[dict]) -> tuple[int, int]:
     """The DataLoader's collate: what crosses the process boundary is two numbers a batch."""
     return len(rows), sum(r["id"] for r in rows)
 
 
 def count_table(table) -> tuple[int, int]:
-    """The collate of a DataLoader of Arrow tables (`batch_size=None`): two numbers a table."""
+    """The collate of a DataLoader of Arrow tables (`batch_size=None`), and a Ray batch's count: two numbers a
+    table."""
     import pyarrow.compute as pc
 
     return table.num_rows, pc.sum(table.column("id")).as_py() or 0
-
-
-def tables_dataset(stream):
-    """A torch IterableDataset over a RowStream: each DataLoader worker's stream, in Arrow tables of `BATCH` rows."""
-    import torch.utils.data
-
-    class Tables(torch.utils.data.IterableDataset):
-        num_shards = 0
-
-        def set_epoch(self, epoch: int) -> None:
-            stream.set_epoch(epoch)
-
-        def __iter__(self):
-            for table in stream.tables():
-                for k in range(0, table.num_rows, BATCH):
-                    yield table.slice(k, BATCH)
-
-    return Tables()
-
-
-def cpu_s() -> float:
-    """CPU seconds of this process and of its children waited for (a DataLoader's workers, once shut down)."""
-    import resource
-
-    return sum(getattr(resource.getrusage(who), f) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)
-               for f in ("ru_utime", "ru_stime"))
-
-
-def wait_for(sync: Path, name: str, n: int) -> None:
-    while len(list(sync.glob(f"{name}*"))) < n:
-        time.sleep(0.005)
 
 
 def measure_rank(args) -> dict:
@@ -209,13 +167,12 @@ def measure_rank(args) -> dict:
     from torch.utils.data import DataLoader
 
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    sync = Path(args.sync)
     arrow = args.system.endswith("-arrow")
     t = time.perf_counter()
     if args.system == "air_core-rowstream":
         from air_core import RowStream
 
-        ds = tables_dataset(RowStream(f"{VOLUME}/{args.case}", rank=rank, world_size=world))
+        ds = tables_dataset(RowStream(f"{VOLUME}/{args.case}", rank=rank, world_size=world), BATCH)
     elif args.system.startswith("uc-volume"):
         import air_hf
 
@@ -231,68 +188,27 @@ def measure_rank(args) -> dict:
     out = {"system": args.system, "case": args.case, "rank": rank, "setup_s": round(time.perf_counter() - t, 3),
            "num_shards": ds.num_shards}
     if arrow:  # no DataLoader: this process reads its shards in turn, as Arrow batches
-        import pyarrow.compute as pc
-
         def loader_pass():
-            for b in ds.with_format("arrow").iter(batch_size=4096):
-                yield b.num_rows, pc.sum(b.column("id")).as_py() or 0
+            return map(count_table, ds.with_format("arrow").iter(batch_size=4096))
     elif args.system == "air_core-rowstream":
         loader_pass = DataLoader(ds, batch_size=None, num_workers=WORKERS, collate_fn=count_table).__iter__
     else:
         loader = DataLoader(ds, batch_size=BATCH, num_workers=WORKERS, collate_fn=count)
         loader_pass = loader.__iter__
-    (sync / f"ready{rank}").touch()
-    wait_for(sync, "ready", world)
-    before, opens = trace_bytes()
-    out.update(setup_bytes=before, setup_opens=opens)
-    for epoch, name in ((0, "first"), (1, "second")):
-        (sync / f"at{epoch}-{rank}").touch()
-        wait_for(sync, f"at{epoch}-", world)  # the ranks start each epoch together
-        ds.set_epoch(epoch)
-        cpu, t = cpu_s(), time.perf_counter()
-        rows = ids = 0
-        for n, s in loader_pass():
-            rows += n
-            ids += s
-        dt, cpu = time.perf_counter() - t, cpu_s() - cpu
-        nbytes, n_opens = trace_bytes()
-        out.update({f"{name}_s": round(dt, 3), f"{name}_rows": rows, f"{name}_id_sum": ids,
-                    f"{name}_rows_s": round(rows / dt), f"{name}_cpu_us_per_row": round(cpu / rows * 1e6, 2),
-                    f"{name}_bytes": nbytes - before, f"{name}_opens": n_opens - opens})
-        before, opens = nbytes, n_opens
-    return out
+    return epochs(ds, loader_pass, Path(args.sync), out)
 
 
 def measure_ray(args) -> dict:
     """Ray in one process: two executions of `read_json` (or of ours, the second on a warm cache)."""
-    import pyarrow.compute as pc
     import ray
 
-    ray.init(num_cpus=os.cpu_count(), object_store_memory=2 << 30, include_dashboard=False, log_to_driver=False)
     def make():
         if args.system == "air_ray-read_uc_volume":
             from air_ray import read_uc_volume
 
             return read_uc_volume(f"{VOLUME}/{args.case}")
         return ray.data.read_json(f"{args.local}/{args.case}")
-    out = {"system": args.system, "case": args.case}
-    before, opens = trace_bytes()
-    ds = None
-    for name in ("first", "second"):
-        t = time.perf_counter()
-        ds = ds if ds is not None else make()  # the first execution's time includes making the dataset
-        rows = ids = 0
-        for batch in ds.iter_batches(batch_size=4096, batch_format="pyarrow"):
-            rows += batch.num_rows
-            ids += pc.sum(batch.column("id")).as_py() or 0
-        dt = time.perf_counter() - t
-        nbytes, n_opens = trace_bytes()
-        out.update({f"{name}_s": round(dt, 3), f"{name}_rows": rows, f"{name}_id_sum": ids,
-                    f"{name}_rows_s": round(rows / dt), f"{name}_bytes": nbytes - before,
-                    f"{name}_opens": n_opens - opens})
-        before, opens = nbytes, n_opens
-    ray.shutdown()
-    return out
+    return ray_executions(make, count_table, {"system": args.system, "case": args.case})
 
 
 def measure_parse(args) -> dict:
@@ -317,85 +233,6 @@ def measure_parse(args) -> dict:
 
 
 # -- the run ----------------------------------------------------------------------------------
-
-def child(args, *extra: str, env: dict) -> subprocess.Popen:
-    cmd = [sys.executable, __file__, "--root", args.root, "--scale", str(args.scale), *extra]
-    return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, text=True)
-
-
-def result(proc: subprocess.Popen) -> dict:
-    out, _ = proc.communicate()
-    if proc.returncode:
-        raise SystemExit(f"measurement failed ({proc.returncode}): {proc.args}")
-    return json.loads(out.strip().splitlines()[-1])
-
-
-def fresh(args) -> None:
-    """Before each measurement: an empty node cache (shared by its ranks) and an empty HF cache."""
-    for d in (args.cache, args.hf_cache):
-        shutil.rmtree(d, ignore_errors=True)
-
-
-def traced(args, name: str) -> dict:
-    """The environment of one process (tree) with an empty trace file of its own."""
-    trace = Path(args.root, f"trace-{name}")
-    trace.write_text("")
-    return {**args.env, "NETVOL_TRACE": str(trace)}
-
-
-def emit(line: dict) -> dict:
-    line["load_avg_1m"] = round(os.getloadavg()[0], 2)  # other work on the machine skews rows/s
-    print(json.dumps(line), flush=True)
-    return line
-
-
-def ranks(args, system: str, case: str, info: dict) -> dict:
-    """2 rank processes, one node cache: per rank, then in all."""
-    fresh(args)
-    sync = Path(args.root, "sync")
-    shutil.rmtree(sync, ignore_errors=True)
-    sync.mkdir()
-    procs = []
-    for r in range(WORLD):
-        env = {**traced(args, f"{system}-{case}-rank{r}"), "RANK": str(r), "WORLD_SIZE": str(WORLD),
-               "LOCAL_RANK": str(r)}
-        procs.append(child(args, "--run", "rank", "--system", system, "--case", case, "--sync", str(sync), env=env))
-    per_rank = [emit(result(p)) for p in procs]
-    shutil.rmtree(sync, ignore_errors=True)
-    data, n = info[case]["bytes"], info[case]["rows"]
-    out = {"system": system, "case": case, "ranks": WORLD, "workers": 0 if system.endswith("-arrow") else WORKERS}
-    out["setup_s"] = max(r["setup_s"] for r in per_rank)
-    out["setup_bytes_ratio"] = round(sum(r["setup_bytes"] for r in per_rank) / data, 3)
-    for name in ("first", "second"):
-        rows = sum(r[f"{name}_rows"] for r in per_rank)
-        out.update({
-            f"{name}_rows_s": round(rows / max(r[f"{name}_s"] for r in per_rank)),
-            f"{name}_rows_s_per_rank": [r[f"{name}_rows_s"] for r in per_rank],
-            f"{name}_bytes_ratio": round(sum(r[f"{name}_bytes"] for r in per_rank) / data, 3),
-            f"{name}_bytes_ratio_per_rank": [round(r[f"{name}_bytes"] / data, 3) for r in per_rank],
-            f"{name}_complete": rows == n and sum(r[f"{name}_id_sum"] for r in per_rank) == n * (n - 1) // 2,
-            f"{name}_cpu_us_per_row": round(sum(r[f"{name}_cpu_us_per_row"] * r[f"{name}_rows"] for r in per_rank)
-                                            / rows, 2),
-        })
-    out["volume_bytes_ratio"] = round(out["setup_bytes_ratio"] + out["first_bytes_ratio"], 3)
-    return out
-
-
-def one_process(args, system: str, case: str, info: dict, slow: bool = True) -> dict:
-    fresh(args)
-    env = traced(args, f"{system}-{case}")
-    if not slow:
-        env = {k: v for k, v in env.items() if k != "LD_PRELOAD" and not k.startswith("NETVOL_")}
-    r = result(child(args, "--run", "ray" if system.startswith(("ray", "air_ray")) else "parse", "--system", system,
-                     "--case", case, env=env))
-    data, n = info[case]["bytes"], info[case]["rows"]
-    for name in ("first", "second"):
-        if f"{name}_rows" in r:
-            r[f"{name}_complete"] = r[f"{name}_rows"] == n and r[f"{name}_id_sum"] == n * (n - 1) // 2
-            if f"{name}_bytes" in r:
-                r[f"{name}_bytes_ratio"] = round(r[f"{name}_bytes"] / data, 3)
-    return r
-
 
 def summary(case: str, info: dict, got: dict) -> dict:
     ours, hf, parse = got.get("uc-volume"), got.get("hf-json"), got.get("pyarrow-parse")
@@ -467,7 +304,7 @@ def main() -> None:
     p.add_argument("--sync", help=argparse.SUPPRESS)
     args = p.parse_args()
     args.local = f"{args.root}/Volumes{VOLUME[len('/Volumes'):]}"
-    args.cache, args.hf_cache = f"{args.root}/cache", f"{args.root}/hf"
+    args.cache, args.hf_cache, args.script = f"{args.root}/cache", f"{args.root}/hf", __file__
     if args.run:
         if args.run == "rank":
             import torch  # noqa: F401  (a training script has it imported; datasets imports it lazily)
@@ -481,28 +318,22 @@ def main() -> None:
     emit({"data": info, "build_s": round(time.perf_counter() - t, 1)})
     so = f"{args.root}/netvol.so"
     netvol.build(so)
-    args.env = {**os.environ, "AIR_VOLUMES_ROOT": f"{args.root}/Volumes", "AIR_CACHE_DIR": args.cache,
-                "HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1", "LD_PRELOAD": so,
-                "NETVOL_PREFIX": f"{args.root}/Volumes/", "NETVOL_OPEN_MS": "10", "NETVOL_MBPS": "200",
-                "NETVOL_LIST_MS": "20", "NETVOL_TRACE_BYTES": "1", "RAY_USAGE_STATS_ENABLED": "0",
-                "RAY_AUTH_MODE": "disabled", "RAY_DATA_DISABLE_PROGRESS_BARS": "1", "RAY_DATA_LOG_LEVEL": "WARNING"}
+    args.env = environment(args, so)
     systems = [s for s in args.systems.split(",") if s]
     try:
         for case in args.cases.split(","):
             got = {}
             for system in systems:
                 if system in RANKED:
-                    got[system] = emit(ranks(args, system, case, info))
+                    got[system] = emit(ranks(args, system, case, info[case], world=WORLD,
+                                             workers=0 if system.endswith("-arrow") else WORKERS))
                 else:
-                    got[system] = emit(one_process(args, system, case, info, slow=system != "pyarrow-parse"))
+                    run = "ray" if system.startswith(("ray", "air_ray")) else "parse"
+                    got[system] = emit(one_process(args, run, system, case, info[case],
+                                                   slow=system != "pyarrow-parse"))
             emit(summary(case, info, got))
     finally:
-        for d in (args.cache, args.hf_cache):
-            shutil.rmtree(d, ignore_errors=True)
-        for trace in Path(args.root).glob("trace-*"):
-            trace.unlink()
-        if not args.keep:
-            shutil.rmtree(args.local, ignore_errors=True)
+        cleanup(args)
 
 
 if __name__ == "__main__":

@@ -132,6 +132,8 @@ def headline(data: dict) -> tuple[list[tuple], dict[str, tuple[float, float | No
         rows += pack_targets(data["pack"][1])
     if "lines" in data:
         rows += lines_targets(data["lines"][1])
+    if "webdataset" in data:
+        rows += webdataset_targets(data["webdataset"][1])
     if "stalls" in data:
         s = one(data["stalls"][1], "summary")
         ratio = s["stalls_over_no_stalls_worst"]
@@ -244,30 +246,98 @@ def lines_section(rec: list[dict]) -> list[str]:
     """RESULTS.md's JSON Lines section: every system's rows/s and volume bytes, per case."""
     lines = ["## JSON Lines: one large file, and many files, over 2 ranks", "", *LINES_NOTES]
     for s in (r for r in rec if "summary" in r):
-        case = s["case"]
-        lines += ["", f"**{s['summary']}**", "",
-                  ("| system | first epoch, rows/s | per rank | second epoch, rows/s | CPU µs a row: first, second | "
-                   "volume bytes ÷ data: setup, first epoch (per rank), second | rows complete |"),
-                  "| --- | ---: | --- | ---: | --- | --- | --- |"]
-        for system, label in LINES_SYSTEMS:
-            found = find(rec, system=system, case=case)
-            r = next((x for x in found if "rank" not in x), None)
-            if r is None:
-                continue
-            per_rank = ", ".join(fmt(x) for x in r.get("first_rows_s_per_rank", []))
-            second = fmt(r["second_rows_s"]) if "second_rows_s" in r else ""
-            if "setup_bytes_ratio" in r:
-                ranks = ", ".join(f"{x:.3f}" for x in r["first_bytes_ratio_per_rank"])
-                volume = (f"{r['setup_bytes_ratio']:.3f}, {r['first_bytes_ratio']:.3f} ({ranks}), "
-                          f"{r['second_bytes_ratio']:.3f}")
-            elif "first_bytes_ratio" in r:
-                volume = f"-, {r['first_bytes_ratio']:.3f}, {r['second_bytes_ratio']:.3f}"
-            else:
-                volume = "not from the volume"
-            complete = "yes" if all(r.get(k, True) for k in ("first_complete", "second_complete")) else "**no**"
-            cpu = ", ".join(f"{r[k]:.1f}" for k in ("first_cpu_us_per_row", "second_cpu_us_per_row") if k in r)
-            lines.append(f"| {label} | {fmt(r['first_rows_s'])} | {per_rank} | {second} | {cpu} | {volume} | "
-                         f"{complete} |")
+        lines += ["", f"**{s['summary']}**", "", *systems_table(rec, LINES_SYSTEMS, "rows", case=s["case"])]
+    return lines
+
+
+def systems_table(rec: list[dict], systems: list[tuple[str, str]], unit: str, **match) -> list[str]:
+    """A table of each system's aggregate record (not its ranks'): `unit`/s, CPU a `unit`, volume bytes, whether
+    complete."""
+    one_unit = unit[:-1] if unit.endswith("s") else unit
+    lines = [(f"| system | first epoch, {unit}/s | per rank | second epoch, {unit}/s | CPU µs a {one_unit}: first, "
+              "second | volume bytes ÷ data: setup, first epoch (per rank), second | "
+              f"{unit} complete |"),
+             "| --- | ---: | --- | ---: | --- | --- | --- |"]
+    for system, label in systems:
+        found = find(rec, system=system, **match)
+        r = next((x for x in found if "rank" not in x), None)
+        if r is None:
+            continue
+        per_rank = ", ".join(fmt(x) for x in r.get("first_rows_s_per_rank", []))
+        second = fmt(r["second_rows_s"]) if "second_rows_s" in r else ""
+        if "setup_bytes_ratio" in r:
+            ranks = ", ".join(f"{x:.3f}" for x in r["first_bytes_ratio_per_rank"])
+            volume = (f"{r['setup_bytes_ratio']:.3f}, {r['first_bytes_ratio']:.3f} ({ranks}), "
+                      f"{r['second_bytes_ratio']:.3f}")
+        elif "first_bytes_ratio" in r:
+            volume = f"-, {r['first_bytes_ratio']:.3f}, {r['second_bytes_ratio']:.3f}"
+        else:
+            volume = "not from the volume"
+        complete = "yes" if all(r.get(k, True) for k in ("first_complete", "second_complete")) else "**no**"
+        cpu = ", ".join(f"{r[k]:.1f}" for k in ("first_cpu_us_per_row", "second_cpu_us_per_row")
+                        if r.get(k) is not None)
+        lines.append(f"| {label} | {fmt(r['first_rows_s'])} | {per_rank} | {second} | {cpu} | {volume} | "
+                     f"{complete} |")
+    return lines
+
+
+def webdataset_targets(rec: list[dict]) -> list[tuple]:
+    """The WebDataset issue's target rows: volume bytes across ranks, samples/s against HF's webdataset builder, a
+    second epoch's volume bytes; Ray's readers beside each other, with no target."""
+    rows = []
+    for s in (r for r in rec if "summary" in r):
+        if "volume_bytes_ratio" in s:
+            rows.append(("webdataset", "tars: volume bytes, 2 ranks, setup + first epoch ÷ data",
+                         s["volume_bytes_ratio"],
+                         f"HF webdataset {fmt(s['hf_volume_bytes_ratio'])}" if "hf_volume_bytes_ratio" in s else "",
+                         None, "≤ 1.05", s["bytes_ok"]))
+        if "vs_hf_webdataset" in s:
+            rows.append(("webdataset", "tars: first epoch samples/s, 2 ranks x 2 DataLoader workers", s["rows_s"],
+                         f"HF webdataset {fmt(s['hf_rows_s'])}", s["vs_hf_webdataset"], "≥ 2×", s["vs_hf_ok"]))
+        if "rowstream_vs_hf_webdataset" in s:
+            rows.append(("webdataset", "tars: first epoch samples/s, RowStream in Arrow tables, 2 ranks x 2 workers",
+                         s["rowstream_rows_s"], f"HF webdataset {fmt(s['hf_rows_s'])}",
+                         s["rowstream_vs_hf_webdataset"], "≥ 2×", s["rowstream_vs_hf_webdataset"] >= 2))
+        if "second_bytes_ratio" in s:
+            rows.append(("webdataset", "tars: second epoch, volume bytes ÷ data", s["second_bytes_ratio"], "", None,
+                         "0", s["second_ok"]))
+        if "air_ray_vs_ray" in s:
+            rows.append(("webdataset", "tars: Ray, first execution, samples/s (read_uc_volume)", s["air_ray_rows_s"],
+                         f"read_webdataset {fmt(s['ray_rows_s'])}", s["air_ray_vs_ray"], "", None))
+            rows.append(("webdataset", "tars: Ray, second execution, samples/s (read_uc_volume)",
+                         s["air_ray_second_rows_s"], f"read_webdataset {fmt(s['ray_second_rows_s'])}",
+                         s["air_ray_second_vs_ray"], "", None))
+    return rows
+
+
+WEBDATASET_SYSTEMS = [
+    ("uc-volume", "uc-volume, DataLoader (2 workers a rank)"),
+    ("hf-webdataset", "HF `webdataset`, DataLoader (2 workers a rank)"),
+    ("air_core-rowstream", "air_core `RowStream`, DataLoader of Arrow tables (2 workers a rank)"),
+    ("air_ray-read_uc_volume", "air_ray `read_uc_volume` (one process)"),
+    ("ray-read_webdataset", "Ray `read_webdataset` (one process)"),
+]
+
+WEBDATASET_NOTES = [
+    "`bench_webdataset.py`: 32 WebDataset tars of about 16 MB, each sample a ~100 KiB JPEG of noise, a `.json`",
+    "(`id`, `label`, `caption_words`), a `.txt` caption and a `.cls` class, under netvol. Ranks are processes",
+    "started together, sharing one node cache (empty at the start of each system's run); each counts its samples,",
+    "sums their JSON ids and their image bytes, so \"samples complete\" means every sample exactly once, its image",
+    "whole. No reader decodes an image: both HF builders' `jpg` is cast to `Image(decode=False)`, Ray's",
+    "`read_webdataset` gets a decoder that parses the JSON, text and class members and leaves the image's bytes.",
+    "Volume bytes come from netvol's trace (`read PATH BYTES` per closed file, one trace file per rank, its",
+    "DataLoader workers included), as a multiple of the tars' bytes; setup is `load_dataset` (uc-volume reads the",
+    "first tars of the listing through the node cache to find the columns, and the epochs then read those from",
+    "the cache; HF's builder reads the first samples of the first tar). Samples/s in all is the samples over the",
+    "slowest rank's epoch.",
+]
+
+
+def webdataset_section(rec: list[dict]) -> list[str]:
+    """RESULTS.md's WebDataset section: every system's samples/s and volume bytes."""
+    lines = ["## WebDataset: a folder of tars over 2 ranks", "", *WEBDATASET_NOTES]
+    for s in (r for r in rec if "summary" in r):
+        lines += ["", f"**{s['summary']}**", "", *systems_table(rec, WEBDATASET_SYSTEMS, "samples")]
     return lines
 
 
@@ -625,6 +695,8 @@ def render(results: Path, md: Path, png: Path) -> None:
         lines += ["", *pack_section(data["pack"][1], png.with_name("results_pack.png"))]
     if "lines" in data:
         lines += ["", *lines_section(data["lines"][1])]
+    if "webdataset" in data:
+        lines += ["", *webdataset_section(data["webdataset"][1])]
     if "scale" in data:
         lines += ["", *SCALE_NOTES, "", *scale_table(data["scale"][1]), "", "![scale](scale.png)"]
         scale_plot(data["scale"][1], png.with_name("scale.png"))

@@ -9,7 +9,7 @@ they sit on the node's local NVMe disk; on a VM whose virtual disk makes page
 cache writes cost 3x more from one hour to the next, run with TMPDIR=/dev/shm
 so that every system's cache sits in memory alike.
 
-Usage: TMPDIR=/dev/shm python benchmarks/run_all.py [--only core,hf,stalls,pack,lines,...] [--render]
+Usage: TMPDIR=/dev/shm python benchmarks/run_all.py [--only core,hf,stalls,pack,lines,webdataset,...] [--render]
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ BENCHES = {
     "scale": ["bench_scale.py"],
     "pack": ["bench_pack.py", "--files", "20000"],
     "lines": ["bench_lines.py", "--root", "{tmp}/air-bench-lines"],
+    "webdataset": ["bench_webdataset.py", "--root", "{tmp}/air-bench-wds"],
 }
 
 
