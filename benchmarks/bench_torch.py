@@ -10,12 +10,17 @@ workers. The three take turns, `--repeat` times, so that load from other
 processes falls on each alike; prints one JSON line per measurement, then one
 with the ratios of the medians.
 
-Usage: python benchmarks/bench_torch.py [--repeat 3] [--warm 5]
+`--breakdown` measures instead where a warm item's time goes, in one process
+(no DataLoader): each step of our lookup alone and each layer above it, beside
+the reference's own pass, µs an item, the least of many passes.
+
+Usage: python benchmarks/bench_torch.py [--repeat 3] [--warm 5] [--breakdown]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import time
@@ -63,6 +68,53 @@ print(json.dumps(out))
 """
 
 
+BREAKDOWN = r"""
+import json, os, sys, time
+from databricks.air.data import UCVolumeDataset as Reference
+from air_core.io.cache import _entry_path
+from air_core.read.files import chunked, read_items
+from air_core.torch import UCVolumeDataset
+
+nested, flat = sys.argv[1], sys.argv[2]
+ours, ref = UCVolumeDataset(nested), Reference(flat)
+copies, _ = list(ours), list(ref)  # cold: fill both caches
+stream = ours._stream
+m, cache = stream.manifest, stream.cache
+items = list(range(len(m)))
+rows = [(f"{m.root}/{p}", s, t) for p, s, t in m.rows(items)]
+
+
+def per_item(fn, passes=41):
+    best = min(_timed(fn) for _ in range(passes))
+    return round(best * 1e6 / len(items), 2)
+
+
+def _timed(fn):
+    t = time.perf_counter()
+    fn()
+    return time.perf_counter() - t
+
+
+def drain(it):
+    for _ in it:
+        pass
+
+
+steps = {
+    "decode rows (128 at a time)": lambda: [m.rows(c) for c in chunked(items)],
+    "entry path (remembered)": lambda: [_entry_path(cache._objects, v, s, t, None) for v, s, t in rows],
+    "stat of the copy": lambda: [os.stat(c) for c in copies],
+    "Cache.lookup_run (path, stat, length check, count)": lambda: cache.lookup_run(rows),
+    "read_items": lambda: drain(read_items(m, items, cache)),
+    "FileStream pass": lambda: drain(stream),
+    "UCVolumeDataset pass": lambda: drain(ours),
+    "reference UCVolumeDataset pass": lambda: drain(ref),
+}
+print(json.dumps({"system": "warm item breakdown, us an item (least of 41 passes, one process)",
+                  "files": len(items), **{k: per_item(f) for k, f in steps.items()}}))
+"""
+
+
 def settle() -> None:
     """Let the disk finish writing (and discarding) what the last measurement's cache left, so each starts alike."""
     os.sync()
@@ -97,5 +149,9 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--warm", type=int, default=5, help="warm epochs per process (their median is reported)")
+    parser.add_argument("--breakdown", action="store_true", help="where a warm item's time goes, then exit")
     args = parser.parse_args()
-    main(args.repeat, args.warm)
+    if args.breakdown:
+        print(json.dumps(measure(BREAKDOWN, *image_volume())))
+    else:
+        main(args.repeat, args.warm)
