@@ -75,6 +75,7 @@ import xxhash
 
 from .. import options
 from ..errors import FetchError, OptionError
+from . import transport
 from .fetch import ordered_map
 
 log = logging.getLogger("air_core")
@@ -631,6 +632,8 @@ def copy_into(source: str, volume_path: str, size: int, mtime_ns: int, fd: int, 
         finally:
             done.set()
         copied, blocks = sum(n for n, _ in parts), [b for _, bs in parts for b in bs]
+    elif (api := transport.remote()) is not None:
+        copied, blocks = _download(api, volume_path, size, mtime_ns, fd, begin, end, begin)
     else:
         src = _open_version(source, volume_path, size, mtime_ns)
         try:
@@ -657,6 +660,12 @@ def _open_version(source: str, volume_path: str, size: int, mtime_ns: int) -> in
 
 def _copy_range(source: str, volume_path: str, size: int, mtime_ns: int, dst: int, start: int, stop: int,
                 base: int, done: threading.Event) -> tuple[int, list[int]]:
+    if (api := transport.remote()) is not None:
+        own = os.dup(dst)
+        try:
+            return _download(api, volume_path, size, mtime_ns, own, start, stop, base, done)
+        finally:
+            os.close(own)
     src = _open_version(source, volume_path, size, mtime_ns)
     try:
         own = os.dup(dst)
@@ -720,6 +729,31 @@ def _copy(src: int, dst: int, start: int, stop: int, base: int, done: threading.
             blocks.append(h.intdigest())
             h.reset()
     return at - start, blocks
+
+
+def _download(api, volume_path: str, size: int, mtime_ns: int, dst: int, start: int, stop: int, base: int,
+              done: threading.Event | None = None) -> tuple[int, list[int]]:
+    """`_copy` over the Files API: bytes [start, stop) of the listed version of `volume_path` to `base` bytes
+    earlier in `dst`, by ranged requests, with the same blocks' checksums; until `done`."""
+    blocks, h = [], xxhash.xxh3_64()
+
+    def write(view: memoryview, at: int) -> None:
+        written = 0
+        while written < len(view):
+            written += os.pwrite(dst, view[written:], at + written - base)
+        while view:  # a chunk may cross a block's end: the blocks are cut as `_copy` cuts them
+            room = _RANGE - (at - start) % _RANGE
+            part, view = view[:room], view[room:]
+            h.update(part)
+            at += len(part)
+            if (at - start) % _RANGE == 0:
+                blocks.append(h.intdigest())
+                h.reset()
+
+    copied = api.read(volume_path, start, stop, write, size=size, mtime_ns=mtime_ns, done=done)
+    if copied % _RANGE:
+        blocks.append(h.intdigest())
+    return copied, blocks
 
 
 def _digest(blocks: list[int]) -> int:
@@ -807,6 +841,16 @@ def _require_attributes(probe: str) -> None:
 def read_bytes(source: str, volume_path: str, size: int, mtime_ns: int, span: Span | None = None) -> bytes:
     """Read `source` whole (or its bytes `span`) into memory, checking it is the listed version."""
     begin, end = (0, size) if span is None else span
+    if (api := transport.remote()) is not None:
+        buffer = bytearray(end - begin)
+
+        def write(view: memoryview, at: int) -> None:
+            buffer[at - begin:at - begin + len(view)] = view
+
+        n = api.read(volume_path, begin, end, write, size=size, mtime_ns=mtime_ns)
+        if n != end - begin:
+            raise FetchError(0, f"{volume_path} changed while being read ({n} of {end - begin} bytes)")
+        return bytes(buffer)
     fd = _open_version(source, volume_path, size, mtime_ns)
     try:
         if begin:

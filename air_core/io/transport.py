@@ -1,0 +1,99 @@
+"""Which way this process reaches volumes: the FUSE mount (a local folder) or the Databricks Files API.
+
+`AIR_VOLUMES_TRANSPORT=fuse|files-api` forces one. Otherwise FUSE when
+`/Volumes` is there (a Databricks cluster) or `AIR_VOLUMES_ROOT` names a
+folder standing for it, else the Files API when `databricks-sdk` finds
+credentials (`DATABRICKS_HOST` + `DATABRICKS_TOKEN`, a profile, OAuth:
+whatever `WorkspaceClient()` accepts), else FUSE, whose "does not exist"
+says what to set.
+
+Over FUSE the volume's operations are the local file system's (`scandir`,
+`stat`, `open` / `pread` / `sendfile`), made where they always were; over the
+Files API they are `FilesApi`'s methods (`list`, `kind`, `stat`, `read`,
+`put`, `delete`), which those places call instead when `remote()` gives one.
+Either way the node cache keys a copy by path, size and mtime.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from typing import Callable
+
+from ..errors import OptionError
+
+TRANSPORT_ENV = "AIR_VOLUMES_TRANSPORT"
+TRANSPORTS = ("fuse", "files-api")
+FUSE_ROOT = "/Volumes"
+# What the SDK reads to find a workspace and its credentials: a client is made again when one changes.
+_SDK_ENV = ("DATABRICKS_HOST", "DATABRICKS_TOKEN", "DATABRICKS_CONFIG_PROFILE", "DATABRICKS_CONFIG_FILE",
+            "DATABRICKS_CLIENT_ID", "DATABRICKS_CLIENT_SECRET", "DATABRICKS_AUTH_TYPE")
+
+_lock = threading.Lock()
+_chosen: dict[tuple, object] = {}
+
+
+def choose(forced: str | None, root_set: bool, mounted: bool, credentials: Callable[[], bool]) -> str:
+    """The transport to use: "fuse" or "files-api" (pure apart from calling `credentials`, asked last)."""
+    if forced:
+        if forced not in TRANSPORTS:
+            raise OptionError(f"{TRANSPORT_ENV}={forced!r}: give one of {', '.join(TRANSPORTS)}")
+        return forced
+    if root_set or mounted:
+        return "fuse"
+    return "files-api" if credentials() else "fuse"
+
+
+def remote():
+    """This process's `FilesApi` client when volumes are reached over the Files API, else None (FUSE).
+
+    Made once per process and configuration (a forked DataLoader worker makes its own: connections must
+    not be shared across processes).
+    """
+    from .. import volume
+
+    env = os.environ
+    key = (os.getpid(), env.get(TRANSPORT_ENV), env.get(volume.VOLUMES_ROOT_ENV), *(env.get(k) for k in _SDK_ENV))
+    try:
+        return _chosen[key]
+    except KeyError:
+        pass
+    with _lock:
+        if key not in _chosen:
+            _chosen[key] = _make(key[1], bool(key[2]))
+        return _chosen[key]
+
+
+def _make(forced: str | None, root_set: bool):
+    config = []
+
+    def credentials() -> bool:
+        try:
+            from databricks.sdk.core import Config
+        except ImportError:
+            return False
+        try:
+            config.append(Config())
+        except ValueError:  # the SDK found no workspace or no credential to use
+            return False
+        return True
+
+    if choose(forced, root_set, os.path.isdir(FUSE_ROOT), credentials) == "fuse":
+        return None
+    try:
+        from .files_api import FilesApi
+    except ImportError as e:
+        raise OptionError(f"{TRANSPORT_ENV}=files-api needs databricks-sdk: pip install 'air-uc-volume[files]' "
+                          f"({e})") from None
+    if not config:
+        try:
+            from databricks.sdk.core import Config
+
+            config.append(Config())
+        except ValueError as e:
+            raise OptionError(f"{TRANSPORT_ENV}=files-api, but databricks-sdk finds no workspace to reach: "
+                              f"set DATABRICKS_HOST and DATABRICKS_TOKEN, or a profile ({e})") from None
+    return FilesApi(config[0])
+
+
+__all__ = ["FUSE_ROOT", "TRANSPORTS", "TRANSPORT_ENV", "choose", "remote"]

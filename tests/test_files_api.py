@@ -1,0 +1,256 @@
+"""Volumes over the Databricks Files API: the test server, transport selection, files mode, Parquet, failures."""
+
+from __future__ import annotations
+
+import io
+import os
+import threading
+import time
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+pytest.importorskip("databricks.sdk")
+
+import air_core  # noqa: E402
+from air_core.errors import FetchError, OptionError, VolumePathError  # noqa: E402
+from air_core.io import transport  # noqa: E402
+from air_core.io.files_api import AuthError  # noqa: E402
+from databricks.sdk import WorkspaceClient  # noqa: E402
+
+
+def _data_requests(server) -> list:
+    return server.requests("GET", "files")
+
+
+# --- the server, driven by databricks-sdk's own client ------------------------------------------------
+
+
+def test_server_speaks_the_sdk_files_api(files_api):
+    v, s = files_api, files_api.server
+    data = os.urandom(300_000)
+    v.write("d/a.bin", data)
+    v.write("d/sub/b.txt", "hi")
+    w = WorkspaceClient(host=s.host, token=s.token)
+    entries = {e.name: e for e in w.files.list_directory_contents(v.path("d"))}
+    assert entries["a.bin"].file_size == 300_000 and not entries["a.bin"].is_directory
+    assert entries["sub"].is_directory and entries["a.bin"].last_modified > 0
+    assert w.files.get_metadata(v.path("d/a.bin")).content_length == 300_000
+    assert w.files.download(v.path("d/a.bin")).contents.read() == data
+    w.files.upload(v.path("d/new/c.bin"), io.BytesIO(b"x" * 10), overwrite=True)
+    assert v.local("d/new/c.bin").read_bytes() == b"x" * 10
+    w.files.delete(v.path("d/new/c.bin"))
+    assert not v.local("d/new/c.bin").exists()
+    with pytest.raises(Exception, match="Not Found|does not exist"):
+        w.files.get_metadata(v.path("d/nope"))
+    with pytest.raises(Exception, match="Forbidden|invalid access token"):
+        WorkspaceClient(host=s.host, token="wrong").files.get_metadata(v.path("d/a.bin"))
+
+
+def test_server_pages_ranges_and_faults(files_api):
+    v, s = files_api, files_api.server
+    for i in range(25):
+        v.write(f"p/f{i:02d}", b"z")
+    s.page_size = 10
+    w = WorkspaceClient(host=s.host, token=s.token)
+    assert len(list(w.files.list_directory_contents(v.path("p")))) == 25
+    assert len(s.requests("GET", "directories")) == 3
+    v.write("r.bin", bytes(range(256)) * 4)
+    out = w.api_client.do("GET", f"/api/2.0/fs/files{v.path('r.bin')}", headers={"Range": "bytes=10-19"},
+                          raw=True)
+    assert out["contents"].read() == (bytes(range(256)) * 4)[10:20]
+    assert s.requests("GET", "files")[-1].range == "bytes=10-19" and s.requests("GET", "files")[-1].sent == 10
+    s.faults.count, s.faults.status = 1, 429
+    s.clear_trace()
+    w.files.get_metadata(v.path("r.bin"))  # the SDK retries a 429 itself
+    assert [r.status for r in s.trace] == [429, 200]
+
+
+# --- choosing the transport ----------------------------------------------------------------------------
+
+
+def test_choose_transport():
+    never = lambda: pytest.fail("credentials looked up")  # noqa: E731
+    assert transport.choose("files-api", True, True, never) == "files-api"
+    assert transport.choose("fuse", False, False, never) == "fuse"
+    assert transport.choose(None, True, False, never) == "fuse"
+    assert transport.choose(None, False, True, never) == "fuse"
+    assert transport.choose(None, False, False, lambda: True) == "files-api"
+    assert transport.choose(None, False, False, lambda: False) == "fuse"
+    with pytest.raises(OptionError, match="AIR_VOLUMES_TRANSPORT='ftp': give one of fuse, files-api"):
+        transport.choose("ftp", False, False, never)
+
+
+def test_auto_selects_files_api_with_credentials_and_no_mount(files_api, monkeypatch):
+    monkeypatch.delenv("AIR_VOLUMES_TRANSPORT")
+    monkeypatch.setattr(transport, "FUSE_ROOT", str(files_api.root / "not-mounted"))
+    files_api.write("d/a.bin", b"abc")
+    assert [f.read_bytes() for f in air_core.FileStream(files_api.path("d"))] == [b"abc"]
+    monkeypatch.setenv("AIR_VOLUMES_ROOT", str(files_api.root))  # a local folder stands for /Volumes: FUSE
+    assert transport.remote() is None
+
+
+def test_missing_folder_says_what_to_set(files_api, monkeypatch):
+    monkeypatch.setenv("AIR_VOLUMES_TRANSPORT", "fuse")
+    monkeypatch.setattr(transport, "FUSE_ROOT", str(files_api.root / "not-mounted"))
+    with pytest.raises(VolumePathError, match="DATABRICKS_HOST and DATABRICKS_TOKEN"):
+        air_core.FileStream("/Volumes/nope/ml/raw/d")
+
+
+# --- files mode ------------------------------------------------------------------------------------------
+
+
+def test_files_mode_lists_pages_and_reads_through_the_cache(files_api):
+    v, s = files_api, files_api.server
+    s.page_size = 7
+    paths = v.files("imgs", 40)
+    big = os.urandom((40 << 20) + 123)  # over 32 MiB: fetched as 16 MiB ranges at once
+    v.write("imgs/big.bin", big)
+    stream = air_core.FileStream(v.path("imgs"))
+    got = {f.path: f.read_bytes() for f in stream}
+    assert sorted(got) == sorted(paths + [v.path("imgs/big.bin")])
+    for p in paths:
+        assert got[p] == v.local(p[len(v.vol) + 1:]).read_bytes()
+    assert got[v.path("imgs/big.bin")] == big
+    assert len([r for r in s.requests("GET", "directories") if r.path.endswith("class0")]) == 2  # 14 files: 2 pages
+    ranged = [r for r in _data_requests(s) if r.path.endswith("big.bin")]
+    assert len(ranged) == 3 and all(r.range for r in ranged) and sum(r.sent for r in ranged) == len(big)
+    assert sum(r.sent for r in _data_requests(s)) == sum(len(b) for b in got.values())  # each byte once
+    s.clear_trace()
+    stream.set_epoch(1)
+    assert sum(1 for _ in stream) == 41
+    assert s.trace == []  # a second epoch: every file from the node cache, no request
+
+
+def test_torch_dataset_over_files_api(files_api):
+    torch_mod = pytest.importorskip("air_core.torch")
+    v, s = files_api, files_api.server
+    v.files("imgs", 12)
+    ds = torch_mod.UCVolumeDataset(v.path("imgs"))
+    first = sorted(open(p, "rb").read() for p in ds)
+    assert len(first) == 12
+    s.clear_trace()
+    assert sorted(open(p, "rb").read() for p in ds) == first
+    assert _data_requests(s) == []
+
+
+def test_verify_records_checksums_over_files_api(files_api):
+    v = files_api
+    v.files("imgs", 5)
+    assert len([f.read_bytes() for f in air_core.FileStream(v.path("imgs"), verify=True)]) == 5
+    report = air_core.Cache(verify=True).check()
+    assert report.entries == 5 and not report.damaged and report.unchecked == 0
+
+
+# --- Parquet ---------------------------------------------------------------------------------------------
+
+
+def test_parquet_footers_by_range_and_rows(files_api):
+    v, s = files_api, files_api.server
+    n = 20_000  # files of ~300 KB: a footer is the last 64 KiB, not the whole file
+    for k in range(3):
+        table = pa.table({"id": list(range(k * n, (k + 1) * n)), "x": [float(i) for i in range(n)]})
+        v.local(f"t/split=s{k}").mkdir(parents=True)
+        pq.write_table(table, v.local(f"t/split=s{k}/part.parquet"), row_group_size=5000)
+    rows = list(air_core.RowStream(v.path("t")))
+    assert sorted(r["id"] for r in rows) == list(range(3 * n))
+    assert {r["split"] for r in rows} == {"s0", "s1", "s2"}
+    footers = [r for r in _data_requests(s) if not r.range.startswith("bytes=0-")]
+    assert len(footers) == 3 and all(r.sent == 64 << 10 for r in footers)  # one request per footer
+    size = sum(v.local(f"t/split=s{k}/part.parquet").stat().st_size for k in range(3))
+    assert sum(r.sent for r in _data_requests(s) if r.range.startswith("bytes=0-")) == size
+
+
+# --- failures of a remote service ---------------------------------------------------------------------
+
+
+def test_429_and_503_bursts_wait_for_retry_after(files_api):
+    v, s = files_api, files_api.server
+    v.files("imgs", 6)
+    s.faults.count, s.faults.status, s.faults.retry_after = 4, 429, 0.2
+    begun = time.monotonic()
+    assert len(list(air_core.FileStream(v.path("imgs"), fetch_threads=1))) == 6
+    assert time.monotonic() - begun >= 4 * 0.2  # each refusal waited at least its Retry-After
+    assert [r.status for r in s.trace].count(429) == 4
+    s.faults.count, s.faults.status, s.faults.retry_after = 3, 503, None  # no header: backoff
+    assert len(list(air_core.FileStream(v.path("imgs"), cache_dir=str(v.root / "c2")))) == 6
+
+
+def test_requests_in_flight_are_bounded(files_api, monkeypatch):
+    from air_core.io import files_api as mod
+
+    v, s = files_api, files_api.server
+    v.files("imgs", 40)
+    monkeypatch.setattr(mod, "MAX_IN_FLIGHT", 4)
+    monkeypatch.setattr(transport, "_chosen", {})
+    s.faults.latency_s = 0.05
+    seen, peak = [0], [0]
+    lock = threading.Lock()
+    original = mod.FilesApi._send
+
+    def counting(self, *a, **k):
+        with lock:
+            seen[0] += 1
+            peak[0] = max(peak[0], seen[0])
+        try:
+            return original(self, *a, **k)
+        finally:
+            with lock:
+                seen[0] -= 1
+
+    monkeypatch.setattr(mod.FilesApi, "_send", counting)
+    assert len(list(air_core.FileStream(v.path("imgs"), fetch_threads=32))) == 40
+    assert 1 < peak[0] <= 4
+
+
+def test_credentials_refused_name_host_and_credential(files_api, monkeypatch):
+    v = files_api
+    v.files("imgs", 2)
+    monkeypatch.setenv("DATABRICKS_TOKEN", "dapi-wrong")
+    with pytest.raises(AuthError, match=rf"{v.server.host} refused .*403.*DATABRICKS_TOKEN"):
+        air_core.FileStream(v.path("imgs"))
+
+
+def test_not_found_is_the_fuse_error(files_api):
+    v = files_api
+    v.files("imgs", 2)
+    with pytest.raises(VolumePathError, match=rf"^{v.path('nope')} does not exist"):
+        air_core.FileStream(v.path("nope"))
+    with pytest.raises(VolumePathError, match="the volume /Volumes/main/ml/other itself is not there"):
+        air_core.FileStream("/Volumes/main/ml/other/x")
+    with pytest.raises(VolumePathError, match="is a file, but a folder is expected"):
+        air_core.FileStream(v.path("imgs/class0/f00000.bin"))
+
+
+@pytest.mark.parametrize("fault", ["resets", "shorts"])
+def test_body_cut_short_resumes_from_last_byte_and_is_never_cached_short(files_api, fault):
+    v, s = files_api, files_api.server
+    data = os.urandom(200_000)
+    v.write("imgs/a.bin", data)
+    setattr(s.faults, fault, 2)
+    s.faults.reset_after, s.faults.short_by = 50_000, 1
+    [f] = air_core.FileStream(v.path("imgs"))
+    assert f.read_bytes() == data and os.path.getsize(f.local_path) == len(data)
+    gets = _data_requests(s)
+    assert len(gets) == 3
+    assert gets[0].range == "bytes=0-199999" and gets[1].range == f"bytes={gets[0].sent}-199999"
+    assert sum(r.sent for r in gets) == len(data)  # resumed where each stopped: no byte twice
+
+
+def test_body_short_every_time_is_an_error_and_nothing_cached(files_api):
+    v, s = files_api, files_api.server
+    v.write("imgs/a.bin", os.urandom(10_000))
+    s.faults.shorts = 10**6
+    with pytest.raises(FetchError, match="a.bin"):
+        list(air_core.FileStream(v.path("imgs")))
+    assert air_core.Cache().info()["entries"] == 0
+
+
+def test_file_changed_after_listing(files_api):
+    v = files_api
+    v.write("imgs/a.bin", b"a" * 100)
+    stream = air_core.FileStream(v.path("imgs"))
+    v.write("imgs/a.bin", b"b" * 150)
+    with pytest.raises(FetchError, match="changed after it was listed"):
+        list(stream)
