@@ -254,3 +254,50 @@ def test_file_changed_after_listing(files_api):
     v.write("imgs/a.bin", b"b" * 150)
     with pytest.raises(FetchError, match="changed after it was listed"):
         list(stream)
+
+
+# --- packs -----------------------------------------------------------------------------------------------
+
+
+def test_a_pack_reads_by_row_group_ranges(files_api, monkeypatch):
+    v, s = files_api, files_api.server
+    loose = {p: v.local(p[len(v.vol) + 1:]).read_bytes() for p in v.files("d", 60, size=lambda i: 2000 + 50 * i)}
+    with monkeypatch.context() as m:  # packed where the folder is mounted
+        m.setenv("AIR_VOLUMES_TRANSPORT", "fuse")
+        m.setenv("AIR_VOLUMES_ROOT", str(v.root))
+        r = air_core.pack(v.path("d"), v.path("packed"), shard_size=60_000, row_group_size=15_000)
+    s.clear_trace()
+    halves = [air_core.FileStream(v.path("packed"), rank=k, world_size=2) for k in range(2)]
+    got = [f.read_bytes() for h in halves for f in h]
+    assert sorted(got) == sorted(loose.values())
+    data = [q for q in _data_requests(s) if q.path.endswith(".parquet")]
+    assert data and all(q.range for q in data)
+    shards = sum(v.local(f"{r.path[len(v.vol) + 1:]}/{name}").stat().st_size for name in r.shards)
+    assert sum(q.sent for q in data) < shards  # row groups' ranges, not whole shards
+    assert sum(q.sent for q in data) >= sum(len(b) for b in loose.values())
+    s.clear_trace()
+    for h in halves:
+        h.set_epoch(1)
+        assert sum(1 for _ in h)
+    assert _data_requests(s) == []
+
+
+# --- records -----------------------------------------------------------------------------------------------
+
+
+def test_json_lines_and_csv_over_files_api(files_api):
+    v = files_api
+    v.write("j/a.jsonl", "".join(f'{{"id": {i}}}\n' for i in range(500)))
+    v.write("j/b.jsonl", "".join(f'{{"id": {i}}}\n' for i in range(500, 800)))
+    v.write("c/a.csv", "id,name\n" + "".join(f"{i},n{i}\n" for i in range(300)))
+    assert sorted(r["id"] for r in air_core.RowStream(v.path("j"))) == list(range(800))
+    assert [r["name"] for r in air_core.RowStream(v.path("c"))][:2] == ["n0", "n1"]
+
+
+def test_a_bad_record_names_its_file_and_line_over_files_api(files_api):
+    from air_core.errors import RecordError
+
+    v = files_api
+    v.write("j/a.jsonl", '{"id": 1}\n{"id": 2}\nnot json\n')
+    with pytest.raises(RecordError, match=r"a\.jsonl, line 3"):
+        list(air_core.RowStream(v.path("j")))

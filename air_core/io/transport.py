@@ -16,9 +16,10 @@ Either way the node cache keys a copy by path, size and mtime.
 
 from __future__ import annotations
 
+import io
 import os
 import threading
-from typing import Callable
+from typing import BinaryIO, Callable
 
 from ..errors import OptionError
 
@@ -64,6 +65,64 @@ def remote():
         return _chosen[key]
 
 
+# The few whole-file operations on a volume's small files (pointers, markers, indexes) made by path:
+# the local file system's over FUSE, the Files API's requests otherwise.
+
+
+def is_file(local: str) -> bool:
+    """Whether a file is at `local` (a `VolumePath.local` path, or one under it)."""
+    api = remote()
+    if api is None:
+        return os.path.isfile(local)
+    try:
+        api.stat(local)
+        return True
+    except FileNotFoundError:
+        return False
+
+
+def is_dir(local: str) -> bool:
+    """Whether a folder is at `local`."""
+    api = remote()
+    return os.path.isdir(local) if api is None else api.kind(local) == "dir"
+
+
+def stat(local: str) -> tuple[int, int]:
+    """The file's (size, mtime in ns), its key in the node cache; `FileNotFoundError` if there is none."""
+    api = remote()
+    if api is None:
+        st = os.stat(local)
+        return st.st_size, st.st_mtime_ns
+    return api.stat(local)
+
+
+def read_file(local: str) -> bytes:
+    """The whole file at `local`; `FileNotFoundError` if there is none."""
+    api = remote()
+    if api is None:
+        with open(local, "rb") as f:
+            return f.read()
+    size, mtime_ns = api.stat(local)
+    out = bytearray(size)
+
+    def write(view: memoryview, at: int) -> None:
+        out[at:at + len(view)] = view
+
+    api.read(local, 0, size, write, size=size, mtime_ns=mtime_ns)
+    return bytes(out)
+
+
+def open_read(local: str, size: int, mtime_ns: int) -> BinaryIO:
+    """The listed version (`size`, `mtime_ns`) of the file at `local`, open for reading and seeking: the
+    local file, or over the Files API a file whose reads are ranged requests (`RemoteFile`)."""
+    api = remote()
+    if api is None:
+        return open(local, "rb")
+    from .files_api import RemoteFile
+
+    return io.BufferedReader(RemoteFile(api, local, size, mtime_ns), RemoteFile.TAIL)
+
+
 def _make(forced: str | None, root_set: bool):
     config = []
 
@@ -96,4 +155,4 @@ def _make(forced: str | None, root_set: bool):
     return FilesApi(config[0])
 
 
-__all__ = ["FUSE_ROOT", "TRANSPORTS", "TRANSPORT_ENV", "choose", "remote"]
+__all__ = ["FUSE_ROOT", "TRANSPORTS", "TRANSPORT_ENV", "choose", "is_dir", "is_file", "open_read", "read_file", "remote", "stat"]

@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from .. import volume
 from ..delta.publication import GRACE_SECONDS, read_json
 from ..errors import VolumePathError
+from ..io import transport
 
 POINTER = "_air_pack.json"
 GENERATIONS = "_packs"
@@ -108,13 +109,13 @@ def pack_folder(path: str) -> str | None:
             missing generation.
     """
     vp = volume.parse(path)
-    if os.path.isfile(os.path.join(vp.local, MARKER)):
+    if transport.is_file(os.path.join(vp.local, MARKER)):
         return vp.path
     pointer = read_pointer(vp)
     if pointer is None:
         return None
     folder = f"{vp.path}/{pointer['generation']}"
-    if not os.path.isfile(os.path.join(vp.local, pointer["generation"], MARKER)):
+    if not transport.is_file(os.path.join(vp.local, pointer["generation"], MARKER)):
         raise VolumePathError(f"{vp.path} is a pack whose current generation {folder} is missing (removed by "
                               "hand?): pack the source into it again")
     return folder
@@ -137,8 +138,7 @@ def load_generation(folder: str) -> Generation:
     """The generation in `folder` (a volume path), from its marker."""
     vp = volume.parse(folder)
     try:
-        with open(os.path.join(vp.local, MARKER)) as f:
-            m = json.load(f)
+        m = json.loads(transport.read_file(os.path.join(vp.local, MARKER)))
         shards = tuple(Shard(s["name"], s["size"], tuple(r for r, _ in s["row_groups"]),
                              tuple(b for _, b in s["row_groups"])) for s in m["shards"])
         return Generation(vp.path, m["source"], m["source_fingerprint"], m["files"], m["labels"], shards)
