@@ -301,3 +301,40 @@ def test_a_bad_record_names_its_file_and_line_over_files_api(files_api):
     v.write("j/a.jsonl", '{"id": 1}\n{"id": 2}\nnot json\n')
     with pytest.raises(RecordError, match=r"a\.jsonl, line 3"):
         list(air_core.RowStream(v.path("j")))
+
+
+# --- writes --------------------------------------------------------------------------------------------
+
+
+def test_dcp_checkpoint_over_files_api_is_whole_object_puts_with_metadata_last(files_api):
+    torch = pytest.importorskip("torch")
+    import torch.distributed.checkpoint as dcp
+
+    from air_core.torch import UCVolumeReader, UCVolumeWriter
+
+    v, s = files_api, files_api.server
+    path = v.path("ckpt/latest")
+    for value in (1.0, 2.0):
+        s.clear_trace()
+        dcp.save({"w": torch.full((3,), value)}, storage_writer=UCVolumeWriter(path))
+    puts = [r.path.rsplit("/", 1)[1] for r in s.requests("PUT", "files")]
+    assert puts[-1] == ".metadata" and "__0_0.distcp" in puts
+    assert sorted(os.listdir(v.local("ckpt/latest"))) == [".metadata", "__0_0.distcp"]
+    target = {"w": torch.zeros(3)}
+    dcp.load(target, storage_reader=UCVolumeReader(path))
+    assert target["w"].tolist() == [2.0, 2.0, 2.0]
+    with pytest.raises(VolumePathError, match="ckpt/nope does not exist"):
+        UCVolumeReader(v.path("ckpt/nope"))
+    with pytest.raises(VolumePathError, match=r"ckpt holds no checkpoint \(no \.metadata file\)"):
+        UCVolumeReader(v.path("ckpt"))
+
+
+def test_stage_copies_a_folder_over_files_api(files_api, tmp_path):
+    from air_core.io.stage import stage
+
+    v = files_api
+    paths = v.files("imgs", 20)
+    stage(v.path("imgs"), str(tmp_path / "out"))
+    for p in paths:
+        rel = p[len(v.path("imgs")) + 1:]
+        assert (tmp_path / "out" / rel).read_bytes() == v.local(p[len(v.vol) + 1:]).read_bytes()

@@ -31,7 +31,7 @@ import random
 import threading
 import time
 import urllib.parse
-from typing import Callable
+from typing import BinaryIO, Callable
 
 from ..errors import AirError, FetchError
 
@@ -147,9 +147,14 @@ class FilesApi:
                 cuts += 1
         return reached - start
 
-    def put(self, path: str, data: bytes) -> None:
-        """Write the whole object `path` (replacing any), in one request."""
+    def put(self, path: str, data: bytes | BinaryIO) -> None:
+        """Write the whole object `path` (replacing any), in one request; `data` may be a file open for
+        reading from its start, sent as it is read."""
         self._request("PUT", FILES, path, params={"overwrite": "true"}, data=data)
+
+    def make_dirs(self, path: str) -> None:
+        """Make the folder `path` and any missing above it."""
+        self._request("PUT", DIRECTORIES, path)
 
     def delete(self, path: str) -> None:
         """Remove the file `path`; `FileNotFoundError` if there is none."""
@@ -201,6 +206,8 @@ class FilesApi:
         url = f"{self.host}{endpoint}{urllib.parse.quote(path)}"
         for attempt in range(ATTEMPTS):
             wait = None
+            if hasattr(data, "seek"):  # a body sent again is sent whole
+                data.seek(0)
             try:
                 if slotted:
                     r = self._send(method, url, params, headers, data, stream)

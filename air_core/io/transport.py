@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import io
 import os
+import shutil
 import threading
 from typing import BinaryIO, Callable
 
@@ -112,6 +113,56 @@ def read_file(local: str) -> bytes:
     return bytes(out)
 
 
+def write_file(local: str, source: str) -> None:
+    """Copy the local file `source` to `local` on the volume in one sequential write (FUSE) or one
+    whole-object `PUT` (Files API), parent folders made as needed."""
+    api = remote()
+    if api is None:
+        shutil.copyfile(source, local)
+        return
+    with open(source, "rb") as f:
+        api.put(local, f)
+
+
+def rename(local: str, new_local: str) -> None:
+    """Give the file `local` the name `new_local`, replacing any file there. The Files API renames
+    nothing: there the file is read, written whole under its new name, then removed under the old one,
+    so the new name appears complete or not at all."""
+    api = remote()
+    if api is None:
+        os.replace(local, new_local)
+        return
+    api.put(new_local, read_file(local))
+    api.delete(local)
+
+
+def remove(local: str) -> None:
+    """Remove the file `local`; `FileNotFoundError` if there is none."""
+    api = remote()
+    if api is None:
+        os.unlink(local)
+    else:
+        api.delete(local)
+
+
+def make_dirs(local: str) -> None:
+    """Make the folder `local` and any missing above it."""
+    api = remote()
+    if api is None:
+        os.makedirs(local, exist_ok=True)
+    else:
+        api.make_dirs(local)
+
+
+def listdir(local: str) -> list[str]:
+    """The names in the folder `local`, files and folders; `FileNotFoundError` if there is none."""
+    api = remote()
+    if api is None:
+        return os.listdir(local)
+    files, folders = api.list(local)
+    return [name for name, _, _ in files] + folders
+
+
 def open_read(local: str, size: int, mtime_ns: int) -> BinaryIO:
     """The listed version (`size`, `mtime_ns`) of the file at `local`, open for reading and seeking: the
     local file, or over the Files API a file whose reads are ranged requests (`RemoteFile`)."""
@@ -155,4 +206,5 @@ def _make(forced: str | None, root_set: bool):
     return FilesApi(config[0])
 
 
-__all__ = ["FUSE_ROOT", "TRANSPORTS", "TRANSPORT_ENV", "choose", "is_dir", "is_file", "open_read", "read_file", "remote", "stat"]
+__all__ = ["FUSE_ROOT", "TRANSPORTS", "TRANSPORT_ENV", "choose", "is_dir", "is_file", "listdir", "make_dirs",
+           "open_read", "read_file", "remote", "remove", "rename", "stat", "write_file"]
