@@ -338,3 +338,37 @@ def test_stage_copies_a_folder_over_files_api(files_api, tmp_path):
     for p in paths:
         rel = p[len(v.path("imgs")) + 1:]
         assert (tmp_path / "out" / rel).read_bytes() == v.local(p[len(v.vol) + 1:]).read_bytes()
+
+
+# --- fsspec ---------------------------------------------------------------------------------------------
+
+
+def test_fsspec_uc_protocol_for_pandas_and_pyarrow(files_api):
+    fsspec = pytest.importorskip("fsspec")
+    pd = pytest.importorskip("pandas")
+    import pyarrow.fs as pafs
+
+    import air_core.io.ucfs  # noqa: F401  (registers "uc")
+
+    v, s = files_api, files_api.server
+    v.write("t/a.csv", "id,name\n1,a\n2,b\n")
+    table = pa.table({"id": list(range(50_000))})
+    pq.write_table(table, v.local("t/p.parquet"), row_group_size=10_000)
+    fs = fsspec.filesystem("uc")
+    assert sorted(fs.ls("uc://main/ml/raw/t", detail=False)) == [v.path("t/a.csv"), v.path("t/p.parquet")]
+    assert fs.info("uc://main/ml/raw/t")["type"] == "directory"
+    assert fs.info(v.path("t/a.csv"))["size"] == len("id,name\n1,a\n2,b\n")
+    assert pd.read_csv("uc://main/ml/raw/t/a.csv")["name"].tolist() == ["a", "b"]
+    s.clear_trace()
+    arrow_fs = pafs.PyFileSystem(pafs.FSSpecHandler(fs))
+    md = pq.read_metadata(v.path("t/p.parquet"), filesystem=arrow_fs)
+    assert md.num_rows == 50_000 and len(_data_requests(s)) == 1  # the footer: one ranged request
+    assert pq.read_table(v.path("t/p.parquet"), filesystem=arrow_fs)["id"].to_pylist() == list(range(50_000))
+    with fs.open("uc://main/ml/raw/out/new.bin", "wb") as f:
+        f.write(b"x" * 1000)
+    assert v.local("out/new.bin").read_bytes() == b"x" * 1000 and [r.path for r in s.requests("PUT")][-1:] == [
+        v.path("out/new.bin")]
+    fs.rm_file("uc://main/ml/raw/out/new.bin")
+    assert not v.local("out/new.bin").exists()
+    with pytest.raises(FileNotFoundError):
+        fs.info("uc://main/ml/raw/nope")

@@ -16,8 +16,10 @@ Either way the node cache keys a copy by path, size and mtime.
 
 from __future__ import annotations
 
+import errno
 import io
 import os
+import stat as stat_mod
 import shutil
 import threading
 from typing import BinaryIO, Callable
@@ -89,10 +91,13 @@ def is_dir(local: str) -> bool:
 
 
 def stat(local: str) -> tuple[int, int]:
-    """The file's (size, mtime in ns), its key in the node cache; `FileNotFoundError` if there is none."""
+    """The file's (size, mtime in ns), its key in the node cache; `FileNotFoundError` if there is none,
+    `IsADirectoryError` (FUSE) for a folder."""
     api = remote()
     if api is None:
         st = os.stat(local)
+        if stat_mod.S_ISDIR(st.st_mode):  # as the Files API: a folder is no file
+            raise IsADirectoryError(errno.EISDIR, f"{local} is a folder")
         return st.st_size, st.st_mtime_ns
     return api.stat(local)
 
@@ -154,6 +159,23 @@ def make_dirs(local: str) -> None:
         api.make_dirs(local)
 
 
+def entries(local: str) -> tuple[list[tuple[str, int, int]], list[str]]:
+    """The folder `local`'s files as (name, size, mtime in ns) and its folders' names, hidden names
+    included; `FileNotFoundError` if there is no folder."""
+    api = remote()
+    if api is not None:
+        return api.list(local)
+    files, folders = [], []
+    with os.scandir(local) as it:
+        for e in it:
+            if e.is_dir():
+                folders.append(e.name)
+            else:
+                st = e.stat()
+                files.append((e.name, st.st_size, st.st_mtime_ns))
+    return files, folders
+
+
 def listdir(local: str) -> list[str]:
     """The names in the folder `local`, files and folders; `FileNotFoundError` if there is none."""
     api = remote()
@@ -206,5 +228,5 @@ def _make(forced: str | None, root_set: bool):
     return FilesApi(config[0])
 
 
-__all__ = ["FUSE_ROOT", "TRANSPORTS", "TRANSPORT_ENV", "choose", "is_dir", "is_file", "listdir", "make_dirs",
+__all__ = ["FUSE_ROOT", "TRANSPORTS", "TRANSPORT_ENV", "choose", "entries", "is_dir", "is_file", "listdir", "make_dirs",
            "open_read", "read_file", "remote", "remove", "rename", "stat", "write_file"]
