@@ -176,7 +176,9 @@ class _Handler(BaseHTTPRequestHandler):
         for prefix, name in ((FILES, "files"), (DIRECTORIES, "directories")):
             if url.path.startswith(prefix + "/"):
                 endpoint, vpath = name, urllib.parse.unquote(url.path[len(prefix):])
+        # Traced before it is answered, and filled in as it is: a client that has its answer finds it there.
         self._request = Request(method, vpath, endpoint, self.headers.get("Range"), 0, 0)
+        self.owner._record(self._request)
         try:
             body = self._body() if method in ("PUT", "POST") else b""
             faults = self.owner.faults
@@ -204,8 +206,6 @@ class _Handler(BaseHTTPRequestHandler):
             serve(vpath, local, query, body)
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True
-        finally:
-            self.owner._record(self._request)
 
     # --- files ---------------------------------------------------------------------------------
 
@@ -352,9 +352,9 @@ class _Handler(BaseHTTPRequestHandler):
             chunk = f.read(min(_CHUNK, n - sent))
             if not chunk:
                 break
-            self.wfile.write(chunk)
             sent += len(chunk)
             self._request.sent = sent
+            self.wfile.write(chunk)
             if mbps:
                 ahead = begun + sent / (mbps * 1e6) - time.monotonic()
                 if ahead > 0:
