@@ -372,3 +372,15 @@ def test_fsspec_uc_protocol_for_pandas_and_pyarrow(files_api):
     assert not v.local("out/new.bin").exists()
     with pytest.raises(FileNotFoundError):
         fs.info("uc://main/ml/raw/nope")
+
+
+def test_hf_uc_volume_builder_streams_over_files_api(files_api):
+    datasets = pytest.importorskip("datasets")
+    import air_hf  # noqa: F401
+
+    v = files_api
+    paths = v.files("imgs", 9)
+    ds = datasets.load_dataset("uc-volume", data_dir=v.path("imgs"), split="train", streaming=True, decode="bytes")
+    rows = list(ds)
+    assert sorted(r["path"] for r in rows) == paths
+    assert all(r["bytes"] == v.local(r["path"][len(v.vol) + 1:]).read_bytes() for r in rows)
