@@ -384,3 +384,19 @@ def test_hf_uc_volume_builder_streams_over_files_api(files_api):
     rows = list(ds)
     assert sorted(r["path"] for r in rows) == paths
     assert all(r["bytes"] == v.local(r["path"][len(v.vol) + 1:]).read_bytes() for r in rows)
+
+
+def test_pack_publication_over_files_api(files_api):
+    v, s = files_api, files_api.server
+    loose = sorted(v.local(p[len(v.vol) + 1:]).read_bytes() for p in v.files("d", 40, size=lambda i: 3000 + i))
+    r = air_core.pack(v.path("d"), v.path("packed"), shard_size=40_000, row_group_size=10_000)
+    assert r.files == 40 and len(r.shards) >= 3 and not r.skipped
+    puts = [q.path.rsplit("/", 1)[1] for q in s.requests("PUT", "files")]
+    assert puts[-1] == "_air_pack.json" and puts[-2] != "_air_pack.json"  # the pointer last, once
+    assert not [q for q in s.trace if q.path.endswith(".part")]  # whole-object PUTs: no hidden copies
+    assert sorted(f.read_bytes() for f in air_core.FileStream(v.path("packed"))) == loose
+    again = air_core.pack(v.path("d"), v.path("packed"), shard_size=40_000, row_group_size=10_000)
+    assert again.skipped and again.path == r.path
+    v.write("d/class0/new.bin", b"n" * 500)  # a changed source: a new generation, the old one retired
+    third = air_core.pack(v.path("d"), v.path("packed"), shard_size=40_000, row_group_size=10_000)
+    assert third.path != r.path and len(list(air_core.FileStream(v.path("packed")))) == 41

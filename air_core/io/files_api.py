@@ -152,6 +152,10 @@ class FilesApi:
         reading from its start, sent as it is read."""
         self._request("PUT", FILES, path, params={"overwrite": "true"}, data=data)
 
+    def remove_dir(self, path: str) -> None:
+        """Remove the empty folder `path`."""
+        self._request("DELETE", DIRECTORIES, path)
+
     def make_dirs(self, path: str) -> None:
         """Make the folder `path` and any missing above it."""
         self._request("PUT", DIRECTORIES, path)

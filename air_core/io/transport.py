@@ -16,6 +16,7 @@ Either way the node cache keys a copy by path, size and mtime.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import io
 import os
@@ -150,6 +151,25 @@ def remove(local: str) -> None:
         api.delete(local)
 
 
+def remove_tree(local: str) -> None:
+    """Remove the folder `local` and everything under it; what is gone already is no error."""
+    api = remote()
+    if api is None:
+        shutil.rmtree(local, ignore_errors=True)
+        return
+    try:
+        files, folders = api.list(local)
+    except FileNotFoundError:
+        return
+    for name in folders:
+        remove_tree(f"{local}/{name}")
+    for name, _, _ in files:
+        with contextlib.suppress(FileNotFoundError):
+            api.delete(f"{local}/{name}")
+    with contextlib.suppress(FileNotFoundError):
+        api.remove_dir(local)
+
+
 def make_dirs(local: str) -> None:
     """Make the folder `local` and any missing above it."""
     api = remote()
@@ -229,4 +249,4 @@ def _make(forced: str | None, root_set: bool):
 
 
 __all__ = ["FUSE_ROOT", "TRANSPORTS", "TRANSPORT_ENV", "choose", "entries", "is_dir", "is_file", "listdir", "make_dirs",
-           "open_read", "read_file", "remote", "remove", "rename", "stat", "write_file"]
+           "open_read", "read_file", "remote", "remove", "remove_tree", "rename", "stat", "write_file"]
