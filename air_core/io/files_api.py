@@ -103,13 +103,16 @@ class FilesApi:
 
     def kind(self, path: str) -> str | None:
         """"dir", "file", or None when nothing is at `path`."""
-        for endpoint, name in ((DIRECTORIES, "dir"), (FILES, "file")):
-            try:
-                self._request("HEAD", endpoint, path)
-                return name
-            except FileNotFoundError:
-                pass
-        return None
+        try:
+            self._request("HEAD", DIRECTORIES, path)
+            return "dir"
+        except (FileNotFoundError, FetchError):  # a file there answers as no folder, in whatever words
+            pass
+        try:
+            self._request("HEAD", FILES, path)
+            return "file"
+        except FileNotFoundError:
+            return None
 
     def stat(self, path: str) -> tuple[int, int]:
         """A file's (size, mtime in ns); `FileNotFoundError` if there is none.
