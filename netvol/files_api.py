@@ -116,7 +116,8 @@ class FilesApiServer:
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._httpd.daemon_threads = True
         self._httpd.request_queue_size = 256
-        self._thread = threading.Thread(target=self._httpd.serve_forever, name="files-api", daemon=True)
+        self._thread = threading.Thread(target=self._httpd.serve_forever, args=(0.05,), name="files-api",
+                                        daemon=True)  # polled often: a test's server stops at once
         self._thread.start()
         return self
 

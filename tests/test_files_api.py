@@ -400,3 +400,10 @@ def test_pack_publication_over_files_api(files_api):
     v.write("d/class0/new.bin", b"n" * 500)  # a changed source: a new generation, the old one retired
     third = air_core.pack(v.path("d"), v.path("packed"), shard_size=40_000, row_group_size=10_000)
     assert third.path != r.path and len(list(air_core.FileStream(v.path("packed")))) == 41
+
+
+def test_files_api_forced_without_credentials_says_what_to_set(files_api, monkeypatch):
+    monkeypatch.delenv("DATABRICKS_HOST")
+    monkeypatch.delenv("DATABRICKS_TOKEN")
+    with pytest.raises(OptionError, match="AIR_VOLUMES_TRANSPORT=files-api.*set DATABRICKS_HOST and DATABRICKS_TOKEN"):
+        air_core.FileStream(files_api.path("d"))
