@@ -57,6 +57,7 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import functools
 import hashlib
 import logging
 import os
@@ -633,8 +634,8 @@ def copy_into(source: str, volume_path: str, size: int, mtime_ns: int, fd: int, 
         bounds = [(start, min(start + _RANGE, end)) for start in range(begin, end, _RANGE)]
         done = threading.Event()
         try:
-            parts = list(ordered_map(lambda b: _copy_range(remote, source, volume_path, size, mtime_ns, fd, *b, begin,
-                                                           done),
+            copy = _copy_range if remote is None else functools.partial(_download_range, remote)
+            parts = list(ordered_map(lambda b: copy(source, volume_path, size, mtime_ns, fd, *b, begin, done),
                                      ((b, 0) for b in bounds), threads=_RANGE_THREADS, max_ahead=len(bounds),
                                      max_bytes=1, hedge_floor=_RANGE_HEDGE_FLOOR_S))
         finally:
@@ -666,14 +667,18 @@ def _open_version(source: str, volume_path: str, size: int, mtime_ns: int) -> in
     return src
 
 
-def _copy_range(remote: FilesApi | None, source: str, volume_path: str, size: int, mtime_ns: int, dst: int,
-                start: int, stop: int, base: int, done: threading.Event) -> tuple[int, list[int]]:
-    if remote is not None:
-        own = os.dup(dst)
-        try:
-            return _download(remote, volume_path, size, mtime_ns, own, start, stop, base, done)
-        finally:
-            os.close(own)
+def _download_range(remote: FilesApi, source: str, volume_path: str, size: int, mtime_ns: int, dst: int,
+                    start: int, stop: int, base: int, done: threading.Event) -> tuple[int, list[int]]:
+    """`_copy_range` over the Files API."""
+    own = os.dup(dst)
+    try:
+        return _download(remote, volume_path, size, mtime_ns, own, start, stop, base, done)
+    finally:
+        os.close(own)
+
+
+def _copy_range(source: str, volume_path: str, size: int, mtime_ns: int, dst: int, start: int, stop: int,
+                base: int, done: threading.Event) -> tuple[int, list[int]]:
     src = _open_version(source, volume_path, size, mtime_ns)
     try:
         own = os.dup(dst)
