@@ -2,7 +2,9 @@
 
 On Databricks `/Volumes/<catalog>/<schema>/<volume>/...` is a FUSE mount. Off
 Databricks, `AIR_VOLUMES_ROOT` names a local folder that stands for `/Volumes`
-(the demo, the tests and the notebooks use this). Paths may also be given as
+(the demo, the tests and the notebooks use this), or volumes are reached over
+the Files API (`air_core.io.transport`), where a path has no local
+counterpart: its `local` is the volume path itself. Paths may also be given as
 `dbfs:/Volumes/...`.
 """
 
@@ -13,6 +15,7 @@ import posixpath
 from dataclasses import dataclass
 
 from .errors import VolumePathError
+from .io import transport
 
 VOLUMES_ROOT_ENV = "AIR_VOLUMES_ROOT"
 _SHAPE = "/Volumes/<catalog>/<schema>/<volume>/<path...>"
@@ -26,7 +29,7 @@ class VolumePath:
         path: the canonical volume path, `/Volumes/c/s/v/...` (no trailing slash).
         volume: the volume's root, `/Volumes/c/s/v`.
         local: where the path lives on this machine (differs from `path` when
-            `AIR_VOLUMES_ROOT` is set).
+            `AIR_VOLUMES_ROOT` is set; over the Files API, `path` itself).
         local_volume: where the volume's root lives on this machine.
     """
 
@@ -70,6 +73,8 @@ def parse(path: str | os.PathLike) -> VolumePath:
         )
     text = posixpath.normpath(text)
     volume = "/".join(parts[:5])
+    if transport.remote() is not None:
+        return VolumePath(path=text, volume=volume, local=text, local_volume=volume)
     root = volumes_root().rstrip("/") or "/"
     local_volume = root + volume[len("/Volumes"):]
     return VolumePath(
@@ -79,13 +84,27 @@ def parse(path: str | os.PathLike) -> VolumePath:
 
 def require_dir(vp: VolumePath) -> None:
     """Raise a clear error unless the path is an existing folder inside its volume."""
+    api = transport.remote()
+    if api is not None:
+        kind = api.kind(vp.path)
+        if kind is None:
+            volume_there = vp.path != vp.volume and api.kind(vp.volume) == "dir"
+            raise VolumePathError(f"{vp.path} does not exist"
+                                  + ("" if volume_there else f"; the volume {vp.volume} itself is not there")
+                                  + f" (read over the Files API of {api.host})")
+        if kind == "file":
+            raise VolumePathError(
+                f"{vp.path} is a file, but a folder is expected: give the folder that holds the data")
+        return
     if not os.path.lexists(vp.local):
         hint = ""
         if not os.path.isdir(vp.local_volume):
             hint = (
                 f"; the volume {vp.volume} itself is not there"
                 + ("" if os.environ.get(VOLUMES_ROOT_ENV) else
-                   f" (off Databricks, set {VOLUMES_ROOT_ENV} to the folder standing for /Volumes)")
+                   f" (off Databricks, set {VOLUMES_ROOT_ENV} to the folder standing for /Volumes, or "
+                   "DATABRICKS_HOST and DATABRICKS_TOKEN (or a databricks-sdk profile) to read it over the "
+                   "Files API)")
             )
         raise VolumePathError(f"{vp.path} does not exist{hint}")
     check_inside(vp, vp.local)
@@ -96,7 +115,12 @@ def require_dir(vp: VolumePath) -> None:
 
 
 def check_inside(vp: VolumePath, local_path: str) -> str:
-    """Resolve symlinks in `local_path`; raise unless the result stays inside the volume."""
+    """Resolve symlinks in `local_path`; raise unless the result stays inside the volume.
+
+    The Files API has no symlinks: a path there is returned as is.
+    """
+    if local_path.startswith(vp.volume + "/") and transport.remote() is not None:
+        return local_path
     real = os.path.realpath(local_path)
     base = os.path.realpath(vp.local_volume)
     if real != base and not real.startswith(base.rstrip("/") + "/"):

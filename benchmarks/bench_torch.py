@@ -10,9 +10,9 @@ workers. The three take turns, `--repeat` times, so that load from other
 processes falls on each alike; prints one JSON line per measurement, then one
 with the ratios of the medians.
 
-`--breakdown` measures instead where a warm item's time goes, in one process
-(no DataLoader): each step of our lookup alone and each layer above it, beside
-the reference's own pass, µs an item, the least of many passes.
+Last, where a warm item's time goes, in one process (no DataLoader): each
+step of our lookup alone and each layer above it, beside the reference's own
+pass, µs an item, the least of many passes (`--breakdown`: that alone).
 
 Usage: python benchmarks/bench_torch.py [--repeat 3] [--warm 5] [--breakdown]
 """
@@ -142,6 +142,7 @@ def main(repeat: int = 3, warm: int = 5) -> list[dict]:
         for which in ("default", "6"):
             summary[f"{epoch}_{which}_workers"] = round(median(which, epoch) / median("reference", epoch), 2)
     emit(summary, results)
+    emit(measure(BREAKDOWN, nested, flat), results)
     return results
 
 

@@ -507,6 +507,16 @@ TORCH_NOTES = [
     "  2 workers and 0.99× at 6 workers; the table above is from the quiet run before that change.",
 ]
 
+def torch_breakdown(data: dict) -> list[str]:
+    """The table of a warm item's steps and layers that bench_torch.py measures last."""
+    found = [r for r in data.get("torch", ({}, []))[1] if r.get("system", "").startswith("warm item breakdown")]
+    if not found:
+        return []
+    steps = {k: v for k, v in found[-1].items() if k not in ("system", "files", "load_avg_1m")}
+    return ["", f"Measured by `bench_torch.py` ({found[-1]['system']}, {found[-1]['files']:,} files):", "",
+            "| step or layer | µs an item |", "| --- | ---: |", *(f"| {k} | {v} |" for k, v in steps.items())]
+
+
 RAY_NOTES = [
     "## Ray: what bounds a short execution",
     "",
@@ -690,7 +700,7 @@ def render(results: Path, md: Path, png: Path) -> None:
     check = results / "emulator_check.json"
     if check.exists():
         lines += ["", *emulator_section(json.loads(check.read_text()))]
-    lines += ["", *TORCH_NOTES, "", *RAY_NOTES, "", *STALLS_NOTES]
+    lines += ["", *TORCH_NOTES, *torch_breakdown(data), "", *RAY_NOTES, "", *STALLS_NOTES]
     if "pack" in data:
         lines += ["", *pack_section(data["pack"][1], png.with_name("results_pack.png"))]
     if "lines" in data:

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 import netvol
+from netvol.files_api import FilesApiServer
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -81,6 +82,34 @@ def netvol_so(tmp_path_factory) -> str:
         return netvol.build(tmp_path_factory.mktemp("netvol") / "netvol.so")
     except netvol.Unavailable as e:
         pytest.skip(str(e))
+
+
+class RemoteVolume(Volume):
+    """A `Volume` whose folder a Files API server serves (`server`): write here, read through the server."""
+
+    def __init__(self, root: Path, server: FilesApiServer) -> None:
+        super().__init__(root)
+        self.server = server
+
+
+@pytest.fixture
+def files_api(tmp_path, monkeypatch) -> RemoteVolume:
+    """A Files API server (netvol/files_api.py) on a free port serving a fresh folder as /Volumes, with
+    DATABRICKS_HOST / DATABRICKS_TOKEN naming it, AIR_VOLUMES_TRANSPORT=files-api and a fresh AIR_CACHE_DIR."""
+    root = tmp_path / "remote"
+    root.mkdir()
+    server = FilesApiServer(root).start()
+    monkeypatch.delenv("AIR_VOLUMES_ROOT", raising=False)
+    for var in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "DATABRICKS_CONFIG_PROFILE", "DATABRICKS_CLIENT_ID",
+                "DATABRICKS_CLIENT_SECRET"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("DATABRICKS_CONFIG_FILE", str(tmp_path / "no-databrickscfg"))
+    monkeypatch.setenv("DATABRICKS_HOST", server.host)
+    monkeypatch.setenv("DATABRICKS_TOKEN", server.token)
+    monkeypatch.setenv("AIR_VOLUMES_TRANSPORT", "files-api")
+    monkeypatch.setenv("AIR_CACHE_DIR", str(tmp_path / "cache"))
+    yield RemoteVolume(root, server)
+    server.stop()
 
 
 def free_port() -> int:

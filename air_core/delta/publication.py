@@ -60,6 +60,7 @@ from filelock import FileLock
 
 from .. import volume
 from ..errors import VolumePathError
+from ..io import transport
 
 POINTER = "_air_export.json"
 EXPORTS = "_exports"
@@ -137,7 +138,7 @@ def current_export(path: str) -> str | None:
     if pointer is None:
         return None
     folder = f"{vp.path}/{pointer['folder']}"
-    if not os.path.isdir(f"{vp.local}/{pointer['folder']}"):
+    if not transport.is_dir(f"{vp.local}/{pointer['folder']}"):
         raise VolumePathError(f"{vp.path} is an export destination whose current export {folder} is missing "
                               "(removed by hand?): export the table to it again")
     return folder
@@ -271,11 +272,10 @@ def read_json(file: str) -> object:
 
     Every resolve asks a folder for a pointer, and most have none: a stat, not an open, says so.
     """
-    if not os.path.isfile(file):
+    if not transport.is_file(file):
         return None
     try:
-        with open(file) as f:
-            return json.loads(f.read())
+        return json.loads(transport.read_file(file))
     except (FileNotFoundError, NotADirectoryError):
         return None
     except ValueError:

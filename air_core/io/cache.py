@@ -57,6 +57,7 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import functools
 import hashlib
 import logging
 import os
@@ -68,14 +69,18 @@ from array import array
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Callable, Iterator, Sequence
 
 import numpy as np
 import xxhash
 
 from .. import options
 from ..errors import FetchError, OptionError
+from . import transport
 from .fetch import ordered_map
+
+if TYPE_CHECKING:
+    from .files_api import FilesApi
 
 log = logging.getLogger("air_core")
 
@@ -181,6 +186,7 @@ class Cache:
         self._lock = threading.Lock()
         self._free: int | None = None
         self._fetching: set[str] = set()  # entries this process is copying now
+        self._remote = transport.remote()  # once, not per copy: which transport is a few environment lookups
         self._unchecked = 0
         self._usage_file = os.path.join(self.root, "usage")
         self._damage_log = os.path.join(self.root, "damaged")
@@ -279,7 +285,8 @@ class Cache:
             try:
                 # A stale .part of this key holds at most `length` bytes (size and span are in the
                 # key), so writing `length` bytes from offset 0 leaves exactly the entry.
-                _record(fd, length, copy_into(source, volume_path, size, mtime_ns, fd, span, checksum=self.verify))
+                _record(fd, length, copy_into(source, volume_path, size, mtime_ns, fd, span, checksum=self.verify,
+                                              remote=self._remote))
                 won = _publish(part, entry)
             except BaseException:
                 self._reserve(-length)
@@ -295,7 +302,8 @@ class Cache:
             return None
         fd, name = _private_file(os.path.dirname(entry), os.path.basename(entry))
         try:
-            _record(fd, length, copy_into(source, volume_path, size, mtime_ns, fd, span, checksum=self.verify))
+            _record(fd, length, copy_into(source, volume_path, size, mtime_ns, fd, span, checksum=self.verify,
+                                          remote=self._remote))
             won = _publish(name or f"/proc/self/fd/{fd}", entry)
         except BaseException:
             self._reserve(-length)
@@ -620,7 +628,7 @@ def _remove_leftover(path: str, now: float) -> None:
 
 
 def copy_into(source: str, volume_path: str, size: int, mtime_ns: int, fd: int, span: Span | None = None, *,
-              checksum: bool = False) -> int | None:
+              checksum: bool = False, remote: FilesApi | None = None) -> int | None:
     """Copy `source` (or its bytes `span`) into the open file `fd` from offset 0, checking it is the listed version.
 
     With `checksum`, returns the copy's checksum (`_digest`), computed from
@@ -634,7 +642,8 @@ def copy_into(source: str, volume_path: str, size: int, mtime_ns: int, fd: int, 
     allows. A range far slower than the others is hedged (`ordered_map`); the
     copy that loses stops at its next chunk, and writes the same bytes
     through a descriptor of its own until then, so returning late it cannot
-    write into whatever file reuses `fd`'s number.
+    write into whatever file reuses `fd`'s number. `remote`: the Files API client (`transport.remote()`)
+    when volumes are reached through it, else None: `source` is then a local path.
     """
     begin, end = (0, size) if span is None else span
     if not 0 <= begin <= end <= size:
@@ -643,12 +652,15 @@ def copy_into(source: str, volume_path: str, size: int, mtime_ns: int, fd: int, 
         bounds = [(start, min(start + _RANGE, end)) for start in range(begin, end, _RANGE)]
         done = threading.Event()
         try:
-            parts = list(ordered_map(lambda b: _copy_range(source, volume_path, size, mtime_ns, fd, *b, begin, done),
+            copy = _copy_range if remote is None else functools.partial(_download_range, remote)
+            parts = list(ordered_map(lambda b: copy(source, volume_path, size, mtime_ns, fd, *b, begin, done),
                                      ((b, 0) for b in bounds), threads=_RANGE_THREADS, max_ahead=len(bounds),
                                      max_bytes=1, hedge_floor=_RANGE_HEDGE_FLOOR_S))
         finally:
             done.set()
         copied, blocks = sum(n for n, _ in parts), [b for _, bs in parts for b in bs]
+    elif remote is not None:
+        copied, blocks = _download(remote, volume_path, size, mtime_ns, fd, begin, end, begin)
     else:
         src = _open_version(source, volume_path, size, mtime_ns)
         try:
@@ -671,6 +683,16 @@ def _open_version(source: str, volume_path: str, size: int, mtime_ns: int) -> in
         os.close(src)
         raise
     return src
+
+
+def _download_range(remote: FilesApi, source: str, volume_path: str, size: int, mtime_ns: int, dst: int,
+                    start: int, stop: int, base: int, done: threading.Event) -> tuple[int, list[int]]:
+    """`_copy_range` over the Files API."""
+    own = os.dup(dst)
+    try:
+        return _download(remote, volume_path, size, mtime_ns, own, start, stop, base, done)
+    finally:
+        os.close(own)
 
 
 def _copy_range(source: str, volume_path: str, size: int, mtime_ns: int, dst: int, start: int, stop: int,
@@ -738,6 +760,31 @@ def _copy(src: int, dst: int, start: int, stop: int, base: int, done: threading.
             blocks.append(h.intdigest())
             h.reset()
     return at - start, blocks
+
+
+def _download(api: FilesApi, volume_path: str, size: int, mtime_ns: int, dst: int, start: int, stop: int, base: int,
+              done: threading.Event | None = None) -> tuple[int, list[int]]:
+    """`_copy` over the Files API: bytes [start, stop) of the listed version of `volume_path` to `base` bytes
+    earlier in `dst`, by ranged requests, with the same blocks' checksums; until `done`."""
+    blocks, h = [], xxhash.xxh3_64()
+
+    def write(view: memoryview, at: int) -> None:
+        written = 0
+        while written < len(view):
+            written += os.pwrite(dst, view[written:], at + written - base)
+        while view:  # a chunk may cross a block's end: the blocks are cut as `_copy` cuts them
+            room = _RANGE - (at - start) % _RANGE
+            part, view = view[:room], view[room:]
+            h.update(part)
+            at += len(part)
+            if (at - start) % _RANGE == 0:
+                blocks.append(h.intdigest())
+                h.reset()
+
+    copied = api.read(volume_path, start, stop, write, size=size, mtime_ns=mtime_ns, done=done)
+    if copied % _RANGE:
+        blocks.append(h.intdigest())
+    return copied, blocks
 
 
 def _digest(blocks: list[int]) -> int:
@@ -825,6 +872,16 @@ def _require_attributes(probe: str) -> None:
 def read_bytes(source: str, volume_path: str, size: int, mtime_ns: int, span: Span | None = None) -> bytes:
     """Read `source` whole (or its bytes `span`) into memory, checking it is the listed version."""
     begin, end = (0, size) if span is None else span
+    if (api := transport.remote()) is not None:
+        buffer = bytearray(end - begin)
+
+        def write(view: memoryview, at: int) -> None:
+            buffer[at - begin:at - begin + len(view)] = view
+
+        n = api.read(volume_path, begin, end, write, size=size, mtime_ns=mtime_ns)
+        if n != end - begin:
+            raise FetchError(0, f"{volume_path} changed while being read ({n} of {end - begin} bytes)")
+        return bytes(buffer)
     fd = _open_version(source, volume_path, size, mtime_ns)
     try:
         if begin:

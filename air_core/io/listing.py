@@ -11,6 +11,9 @@ of its own; small folders never start one. The workers are fresh interpreters,
 not forks: nothing of the caller's state (threads, locks, its `__main__`) is
 copied or run again.
 
+Over the Files API (`air_core.io.transport`) a folder is its listing's pages,
+and the threads alone list: each folder costs a request, not the lister's CPU.
+
 Names starting with `.` or `_` are skipped at every level (`_delta_log`,
 `_SUCCESS`, `.ipynb_checkpoints`), as Spark and Ray do. A symlink must stay
 inside the volume; a symlinked folder is listed once however many links lead to
@@ -35,6 +38,7 @@ import numpy as np
 from tqdm import tqdm
 
 from .. import volume
+from . import transport
 from ..errors import AirError, EmptyVolumeError
 from ..manifest import Manifest
 
@@ -72,9 +76,11 @@ def list_folder(
     volume.require_dir(vp)
     inc, exc = _patterns(include), _patterns(exclude)
     suffixes = tuple("." + e.lower().lstrip(".") for e in extensions or ())
-    top = os.path.realpath(vp.local)
+    api = transport.remote()
+    top = vp.local if api is not None else os.path.realpath(vp.local)
     walk = _Walk(vp, (inc, exc, suffixes), {top})
-    processes = min(_cores(), MAX_PROCESSES)
+    # Over the Files API a folder costs a request, not the lister's CPU: threads alone keep up.
+    processes = 1 if api is not None else min(_cores(), MAX_PROCESSES)
     with tqdm(desc=f"listing {vp.path}", unit=" files", delay=PROGRESS_AFTER_SECONDS, leave=False) as bar:
         left = walk.run([(vp.local, "", top)], LIST_THREADS, bar,
                         until=time.monotonic() + HAND_OFF_SECONDS if processes > 1 else None)
@@ -225,6 +231,11 @@ def _selected(rel: str, include: tuple[str, ...], exclude: tuple[str, ...], suff
 
 def _scan(vp: volume.VolumePath, local_dir: str, rel_dir: str, real_dir: str):
     """List one folder (whose real path is `real_dir`): files as (rel, size, mtime), sub-folders as `Folder`s."""
+    api = transport.remote()
+    if api is not None:
+        found, folders = api.list(local_dir)
+        return ([(f"{rel_dir}{name}", size, mtime) for name, size, mtime in found if name[0] not in "._"],
+                [(f"{local_dir}/{n}", f"{rel_dir}{n}/", f"{local_dir}/{n}") for n in folders if n[0] not in "._"])
     files, dirs = [], []
     with os.scandir(local_dir) as it:
         for e in it:

@@ -9,14 +9,18 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from .. import volume
+from . import transport
 from .cache import copy_into
 from ..errors import OptionError
 from .fetch import ordered_map, retrying
 from .listing import list_folder
 from ..manifest import Manifest
+
+if TYPE_CHECKING:
+    from .files_api import FilesApi
 
 
 @dataclass(frozen=True)
@@ -48,6 +52,7 @@ def stage(
         raise OptionError(f"-j/threads={threads}: give at least 1")
     manifest = list_folder(src, include=include, exclude=exclude)
     local_root = volume.parse(src).local
+    remote = transport.remote()
     dst = os.path.abspath(dst)
     if os.path.realpath(dst).startswith(os.path.realpath(local_root) + os.sep):
         raise OptionError(f"destination {dst} is inside the source {src}: choose a folder outside it")
@@ -61,7 +66,7 @@ def stage(
                 return -1
         except FileNotFoundError:
             pass
-        retrying(lambda: _copy_one(manifest, i, f"{local_root}/{rel}", target), manifest.volume_path(i))
+        retrying(lambda: _copy_one(manifest, i, f"{local_root}/{rel}", target, remote), manifest.volume_path(i))
         return int(manifest.sizes[i])
 
     copied = skipped = nbytes = 0
@@ -77,13 +82,14 @@ def stage(
     return StageResult(copied, skipped, nbytes)
 
 
-def _copy_one(manifest: Manifest, i: int, source: str, target: str) -> None:
+def _copy_one(manifest: Manifest, i: int, source: str, target: str, remote: FilesApi | None) -> None:
     os.makedirs(os.path.dirname(target), exist_ok=True)
     folder, name = os.path.split(target)
     tmp = os.path.join(folder, f".{name}.{os.getpid()}.part")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
-        copy_into(source, manifest.volume_path(i), int(manifest.sizes[i]), int(manifest.mtimes[i]), fd)
+        copy_into(source, manifest.volume_path(i), int(manifest.sizes[i]), int(manifest.mtimes[i]), fd,
+                  remote=remote)
     except BaseException:
         os.close(fd)
         os.unlink(tmp)

@@ -27,6 +27,7 @@ import numpy as np
 from .. import volume
 from ..io.cache import Cache, read_bytes
 from ..errors import VolumePathError
+from ..io import transport
 from ..io.fetch import ordered_map, retrying
 from ..io.listing import list_folder
 from ..manifest import Manifest
@@ -90,11 +91,11 @@ def _cached(generation: Generation, name: str, cache_dir: str | None) -> str:
     """A local copy of the generation's file `name`, through the node cache."""
     vpath, local = f"{generation.path}/{name}", f"{volume.parse(generation.path).local}/{name}"
     try:
-        st = os.stat(local)
+        size, mtime_ns = transport.stat(local)
     except FileNotFoundError:
         raise VolumePathError(f"{vpath} is missing: the pack is incomplete or was changed by hand; "
                               "pack the source again") from None
-    return Cache(cache_dir).get(local, vpath, st.st_size, st.st_mtime_ns) or local
+    return Cache(cache_dir).get(local, vpath, size, mtime_ns) or local
 
 
 def units(generation: Generation) -> list[RowGroup]:

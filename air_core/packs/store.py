@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from .. import volume
 from ..delta.publication import GRACE_SECONDS, read_json
 from ..errors import VolumePathError
+from ..io import transport
 
 POINTER = "_air_pack.json"
 GENERATIONS = "_packs"
@@ -108,13 +109,13 @@ def pack_folder(path: str) -> str | None:
             missing generation.
     """
     vp = volume.parse(path)
-    if os.path.isfile(os.path.join(vp.local, MARKER)):
+    if transport.is_file(os.path.join(vp.local, MARKER)):
         return vp.path
     pointer = read_pointer(vp)
     if pointer is None:
         return None
     folder = f"{vp.path}/{pointer['generation']}"
-    if not os.path.isfile(os.path.join(vp.local, pointer["generation"], MARKER)):
+    if not transport.is_file(os.path.join(vp.local, pointer["generation"], MARKER)):
         raise VolumePathError(f"{vp.path} is a pack whose current generation {folder} is missing (removed by "
                               "hand?): pack the source into it again")
     return folder
@@ -137,8 +138,7 @@ def load_generation(folder: str) -> Generation:
     """The generation in `folder` (a volume path), from its marker."""
     vp = volume.parse(folder)
     try:
-        with open(os.path.join(vp.local, MARKER)) as f:
-            m = json.load(f)
+        m = json.loads(transport.read_file(os.path.join(vp.local, MARKER)))
         shards = tuple(Shard(s["name"], s["size"], tuple(r for r, _ in s["row_groups"]),
                              tuple(b for _, b in s["row_groups"])) for s in m["shards"])
         return Generation(vp.path, m["source"], m["source_fingerprint"], m["files"], m["labels"], shards)
@@ -155,7 +155,12 @@ def marker(source: str, fingerprint: str, files: int, labels: bool, shards: list
 
 
 def write_whole(local_path: str, data: bytes) -> None:
-    """Write a small file on a volume front to back under a hidden name, then rename it into place."""
+    """Write a small file on a volume front to back under a hidden name, then rename it into place (over the
+    Files API: one `PUT`, which is whole or nothing)."""
+    api = transport.remote()
+    if api is not None:
+        api.put(local_path, data)
+        return
     folder, name = os.path.split(local_path)
     tmp = os.path.join(folder, f".{name}.{os.getpid()}.tmp")
     with open(tmp, "wb") as f:
@@ -168,7 +173,7 @@ def point_at(vp: volume.VolumePath, generation: str) -> None:
     now = time.time()
     previous = read_pointer(vp)
     retired = {} if previous is None else {
-        g: t for g, t in previous.get("retired", {}).items() if os.path.isdir(os.path.join(vp.local, g))}
+        g: t for g, t in previous.get("retired", {}).items() if transport.is_dir(os.path.join(vp.local, g))}
     current = f"{GENERATIONS}/{generation}"
     if previous is not None and previous["generation"] != current:
         retired[previous["generation"]] = now
@@ -185,6 +190,9 @@ def _sweep(vp: volume.VolumePath, current: str, retired: dict[str, float], now: 
     one the hidden copies that a killed run left unfinished (`*.part`).
     """
     root = os.path.join(vp.local, GENERATIONS)
+    if transport.remote() is not None:
+        _sweep_remote(root, current, retired, now)
+        return
     for entry in os.scandir(root):
         name = f"{GENERATIONS}/{entry.name}"
         if name == current:
@@ -199,6 +207,20 @@ def _sweep(vp: volume.VolumePath, current: str, retired: dict[str, float], now: 
                 since = max([entry.stat().st_mtime] + [e.stat().st_mtime for e in os.scandir(entry.path)])
             if now - since >= GRACE_SECONDS:
                 shutil.rmtree(entry.path, ignore_errors=True)
+
+
+def _sweep_remote(root: str, current: str, retired: dict[str, float], now: float) -> None:
+    """`_sweep` over the Files API, where a pack leaves no `.part` copies (its files are whole-object PUTs)."""
+    for name in transport.entries(root)[1]:
+        generation = f"{GENERATIONS}/{name}"
+        if generation == current:
+            continue
+        since = retired.get(generation)
+        if since is None:  # a leftover: as old as its newest file (an empty one, being begun, is left)
+            with contextlib.suppress(FileNotFoundError):
+                since = max((mtime / 1e9 for _, _, mtime in transport.entries(f"{root}/{name}")[0]), default=None)
+        if since is not None and now - since >= GRACE_SECONDS:
+            transport.remove_tree(f"{root}/{name}")
 
 
 __all__ = ["GENERATIONS", "INDEX", "MARKER", "POINTER", "Generation", "Shard", "load_generation", "pack_folder",

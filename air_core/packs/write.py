@@ -47,6 +47,7 @@ from tqdm import tqdm
 from .. import options, volume
 from ..delta.publication import _node_lock
 from ..errors import FetchError, VolumePathError
+from ..io import transport
 from ..io.fetch import ordered_map, retrying
 from ..io.listing import list_folder
 from ..manifest import Manifest
@@ -57,6 +58,8 @@ from .pages import value_offsets
 
 if TYPE_CHECKING:
     import pyarrow as pa
+
+    from ..io.files_api import FilesApi
 
 DEFAULT_SHARD_SIZE = 1 << 30
 DEFAULT_ROW_GROUP_SIZE = 16 << 20
@@ -142,17 +145,17 @@ def pack(
             return _result(d, name, manifest, written=0, skipped=True)
         folder = os.path.join(d.local, GENERATIONS, name)
         try:
-            os.makedirs(folder, exist_ok=True)
+            transport.make_dirs(folder)
             volume.check_inside(d, folder)
         except OSError as e:
             raise VolumePathError(f"cannot write a pack into {d.path}: {e.strerror or e}; "
                                   "choose a destination you can write to") from None
         shards = layout(manifest.sizes, shard_bytes, group_bytes)
-        todo = [k for k in range(len(shards)) if not os.path.exists(os.path.join(folder, shard_name(k)))]
+        todo = [k for k in range(len(shards)) if not transport.is_file(os.path.join(folder, shard_name(k)))]
         labels = all("/" in p for p in manifest.paths)
         _write_shards(manifest, shards, todo, folder, labels=labels, threads=threads, progress=progress)
         _write_index(manifest, folder, len(shards))
-        listed = [{"name": shard_name(k), "size": os.path.getsize(os.path.join(folder, shard_name(k))),
+        listed = [{"name": shard_name(k), "size": transport.stat(os.path.join(folder, shard_name(k)))[0],
                    "row_groups": [[b - a, int(manifest.sizes[a:b].sum())] for a, b in groups]}
                   for k, groups in enumerate(shards)]
         mark = marker(s.path, manifest.fingerprint, len(manifest), labels, listed, settings)
@@ -169,7 +172,8 @@ def _check_places(s: volume.VolumePath, d: volume.VolumePath) -> None:
     if os.path.basename(d.path)[0] in "._":
         raise VolumePathError(f"{d.path}: a destination starting with '.' or '_' is skipped by listings; "
                               "choose a name that readers will see")
-    real_s, real_d = os.path.realpath(s.local), os.path.realpath(d.local)
+    real_s, real_d = ((s.local, d.local) if transport.remote() is not None  # no links over the Files API
+                      else (os.path.realpath(s.local), os.path.realpath(d.local)))
     if real_d == real_s or real_d.startswith(real_s + "/"):
         raise VolumePathError(f"{d.path} is inside the source {s.path}: the pack would be packed into itself "
                               "next time; choose a destination outside the source")
@@ -181,10 +185,14 @@ def _check_places(s: volume.VolumePath, d: volume.VolumePath) -> None:
 def _current(d: volume.VolumePath) -> dict | None:
     """The destination's pointer, or None when it has none yet; refuses a folder that holds anything else."""
     pointer = read_pointer(d)
-    if pointer is not None or not os.path.lexists(d.local):
+    if pointer is not None:
         return pointer
-    if not os.path.isdir(d.local) or any(n not in (GENERATIONS, POINTER) and not n.startswith(POINTER_TMP)
-                                         for n in os.listdir(d.local)):
+    there = (os.path.lexists(d.local) if transport.remote() is None
+             else transport.is_dir(d.local) or transport.is_file(d.local))
+    if not there:
+        return None
+    if not transport.is_dir(d.local) or any(n not in (GENERATIONS, POINTER) and not n.startswith(POINTER_TMP)
+                                            for n in transport.listdir(d.local)):
         raise VolumePathError(f"{d.path} already exists and is not a pack made by air-data pack: remove it, "
                               "or choose another destination")
     return None
@@ -192,7 +200,7 @@ def _current(d: volume.VolumePath) -> dict | None:
 
 def _holds(d: volume.VolumePath, pointer: dict | None, name: str) -> bool:
     return (pointer is not None and pointer["generation"] == f"{GENERATIONS}/{name}"
-            and os.path.isfile(os.path.join(d.local, GENERATIONS, name, MARKER)))
+            and transport.is_file(os.path.join(d.local, GENERATIONS, name, MARKER)))
 
 
 def _generation_name(manifest: Manifest, settings: dict) -> str:
@@ -203,8 +211,7 @@ def _generation_name(manifest: Manifest, settings: dict) -> str:
 
 def _result(d: volume.VolumePath, name: str, manifest: Manifest, *, written: int, skipped: bool) -> PackResult:
     folder = os.path.join(d.local, GENERATIONS, name)
-    with open(os.path.join(folder, MARKER)) as f:
-        shards = tuple(s["name"] for s in json.load(f)["shards"])
+    shards = tuple(s["name"] for s in json.loads(transport.read_file(os.path.join(folder, MARKER)))["shards"])
     return PackResult(dest=d.path, path=f"{d.path}/{GENERATIONS}/{name}", files=len(manifest),
                       bytes=int(manifest.sizes.sum()), shards=shards, written=written, skipped=skipped)
 
@@ -215,7 +222,7 @@ def _write_shards(manifest: Manifest, shards: list[list[tuple[int, int]]], todo:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    root, local_root = manifest.root, volume.parse(manifest.root).local
+    root, local_root, remote = manifest.root, volume.parse(manifest.root).local, transport.remote()
     paths, sizes, mtimes = manifest.paths, manifest.sizes, manifest.mtimes
     largest_group = max((int(sizes[a:b].sum()) for groups in shards for a, b in groups), default=0)
     schema = _schema(labels, pa.binary() if largest_group <= _BINARY_MAX else pa.large_binary())
@@ -239,7 +246,10 @@ def _write_shards(manifest: Manifest, shards: list[list[tuple[int, int]]], todo:
             return
         try:
             view, rel, mtime = memoryview(into)[at:at + size], paths[i], int(mtimes[i])
-            retrying(lambda: _read_into(f"{local_root}/{rel}", f"{root}/{rel}", mtime, view), f"{root}/{rel}")
+            if remote is None:
+                retrying(lambda: _read_into(f"{local_root}/{rel}", f"{root}/{rel}", mtime, view), f"{root}/{rel}")
+            else:
+                retrying(lambda: _download_into(remote, f"{root}/{rel}", mtime, view), f"{root}/{rel}")
         finally:
             buffers.release(g)
 
@@ -340,6 +350,14 @@ class _Buffers:
         return whole[:size]
 
 
+def _download_into(remote: FilesApi, volume_path: str, mtime_ns: int, view: memoryview) -> None:
+    """`_read_into` over the Files API: ranged requests, which check the listed version."""
+    def write(chunk: memoryview, at: int) -> None:
+        view[at:at + len(chunk)] = chunk
+
+    remote.read(volume_path, 0, len(view), write, size=len(view), mtime_ns=mtime_ns)
+
+
 def _read_into(source: str, volume_path: str, mtime_ns: int, view: memoryview) -> None:
     """Read `source` whole into `view`, checking it is the listed version (its size is the view's)."""
     fd = os.open(source, os.O_RDONLY)
@@ -391,6 +409,17 @@ def _copy_shard(local: str, grown: SimpleQueue, sizes: Sequence[int], folder: st
     only after its offsets have theirs: a shard that is there always has them.
     """
     target = os.path.join(folder, shard_name(k))
+    if transport.remote() is not None:  # whole-object PUTs: the shard once built, after its offsets
+        while (end := grown.get()) not in (_WHOLE, _ABANDONED):  # how far it is built: no use here
+            pass
+        if end == _ABANDONED:
+            return
+        offsets_file = f"{local}.offsets"
+        np.asarray(value_offsets(local, "bytes", sizes), dtype="<i8").tofile(offsets_file)
+        _copy_onto_volume(offsets_file, os.path.join(folder, offsets_name(k)))
+        transport.write_file(target, local)
+        os.unlink(local)
+        return
     tmp = _stream_onto_volume(local, grown, target)
     if tmp is None:  # building it failed: that error is raised where it happened
         return
@@ -453,6 +482,10 @@ def _copy_onto_volume(local: str, target: str) -> None:
     The hidden name is unique to this run: a copy killed midway is never
     taken for a shard, nor written into by the next run.
     """
+    if transport.remote() is not None:  # a PUT is whole or nothing: no hidden name
+        transport.write_file(target, local)
+        os.unlink(local)
+        return
     folder, name = os.path.split(target)
     tmp = os.path.join(folder, f".{name}.{secrets.token_hex(4)}.part")
     shutil.copyfile(local, tmp)  # front to back, inside the kernel where it can (sendfile): no Python buffer
@@ -469,8 +502,7 @@ def _write_index(manifest: Manifest, folder: str, shards: int) -> None:
         local = os.path.join(stage, OFFSETS)
         with open(local, "wb") as out:
             for k in range(shards):
-                with open(os.path.join(folder, offsets_name(k)), "rb") as part:
-                    shutil.copyfileobj(part, out)
+                out.write(transport.read_file(os.path.join(folder, offsets_name(k))))
         _copy_onto_volume(local, os.path.join(folder, OFFSETS))
 
 

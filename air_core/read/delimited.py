@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
 from ..errors import OptionError, RecordError
+from ..io import transport
 from ..io.fetch import ordered_map
 from .lines import Format, LinesReader, compression
 
@@ -81,7 +82,7 @@ class CsvReader(LinesReader):
         m, local, delimiter = self.source.manifest, self.source.local, self.delimiter()
 
         def header(i: int) -> list[str]:
-            return _header(f"{local}/{m.paths[i]}", m.volume_path(i), delimiter)
+            return _header(f"{local}/{m.paths[i]}", int(m.sizes[i]), int(m.mtimes[i]), m.volume_path(i), delimiter)
 
         first: list[str] | None = None
         for i, names in enumerate(ordered_map(header, ((i, 0) for i in range(len(m))), threads=HEADER_THREADS,
@@ -129,12 +130,13 @@ class CsvReader(LinesReader):
         return pa.unify_schemas(schemas, promote_options="permissive")
 
 
-def _header(path: str, vpath: str, delimiter: str) -> list[str]:
+def _header(path: str, size: int, mtime_ns: int, vpath: str, delimiter: str) -> list[str]:
     import pyarrow as pa
 
     codec = compression(path)
     try:
-        with (pa.CompressedInputStream(pa.OSFile(path), codec) if codec else open(path, "rb")) as f:
+        with transport.open_read(path, size, mtime_ns) as raw, \
+                (pa.CompressedInputStream(pa.PythonFile(raw, "r"), codec) if codec else raw) as f:
             head = f.read(HEADER_BYTES)
     except (OSError, pa.ArrowException) as e:
         raise RecordError(f"{vpath}: its header cannot be read ({e}); remove or replace it, or leave it out with "

@@ -19,10 +19,11 @@ from __future__ import annotations
 import logging
 import zlib
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, ClassVar, Iterator, Sequence
+from typing import TYPE_CHECKING, BinaryIO, ClassVar, Iterator, Sequence
 
 import numpy as np
 
+from ..io import transport
 from ..io.cache import Cache, read_bytes
 from ..errors import EmptyVolumeError, RecordError
 from ..io.fetch import ordered_map, retrying
@@ -412,14 +413,18 @@ class _Where:
     def place(self, data: bytes, at: int) -> str:
         """The file and line of the record at `data[at:]`: "/Volumes/.../f.jsonl, line 12"."""
         if self.lines < 0:
-            self.lines = _count_newlines(f"{self.local_root}/{self.manifest.paths[self.unit.file]}", self.base)
+            k = self.unit.file
+            self.lines = _count_newlines(transport.open_read(f"{self.local_root}/{self.manifest.paths[k]}",
+                                                             int(self.manifest.sizes[k]),
+                                                             int(self.manifest.mtimes[k])), self.base)
         line = self.lines + data.count(b"\n", 0, at) + 1
         return f"{self.manifest.volume_path(self.unit.file)}, line {line}"
 
 
-def _count_newlines(path: str, end: int) -> int:
+def _count_newlines(file: BinaryIO, end: int) -> int:
+    """Newlines in the first `end` bytes of `file`, which this closes."""
     n = 0
-    with open(path, "rb") as f:
+    with file as f:
         while end > 0 and (chunk := f.read(min(end, 16 << 20))):
             n += chunk.count(b"\n")
             end -= len(chunk)

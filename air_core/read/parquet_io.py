@@ -1,7 +1,7 @@
 """Parquet trees as units of work: row groups, and exact row ranges inside them.
 
 Footers are read concurrently straight from the volume (one small read per
-file); the data itself is fetched through the node cache when a unit is read.
+file; over the Files API one ranged request for a file's last 64 KiB); the data itself is fetched through the node cache when a unit is read.
 Hive partition folders (`split=train/`) become real columns, since their
 values live only in the paths.
 """
@@ -16,7 +16,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from .. import volume
+from ..io import transport
 from ..io.cache import Cache
+from ..io.files_api import RemoteFile
 from ..errors import ParquetError
 from ..io.fetch import ordered_map
 from ..manifest import Manifest
@@ -47,7 +49,7 @@ def parquet_units(manifest: Manifest, *, threads: int = FOOTER_THREADS) -> list[
 
     def footer(i: int) -> tuple[dict[str, str], list[RowGroup]]:
         try:
-            md = pq.read_metadata(f"{local_root}/{manifest.paths[i]}")
+            md = pq.read_metadata(_input(manifest, local_root, i))
             columns = _column_types(md.schema.to_arrow_schema())
         except (pa.ArrowException, OSError) as e:
             raise ParquetError(
@@ -74,6 +76,14 @@ def parquet_units(manifest: Manifest, *, threads: int = FOOTER_THREADS) -> list[
     return units
 
 
+def _input(manifest: Manifest, local_root: str, i: int):
+    """What a footer is read from: the file's local path, or over the Files API a file of ranged requests."""
+    api = transport.remote()
+    if api is None:
+        return f"{local_root}/{manifest.paths[i]}"
+    return RemoteFile(api, manifest.volume_path(i), int(manifest.sizes[i]), int(manifest.mtimes[i]))
+
+
 def _column_types(schema: pa.Schema) -> dict[str, str]:
     # Nullability is left out: writers differ in it (nested fields above all), and readers do not mind.
     return {f.name: str(f.type).replace(" not null", "") for f in schema}
@@ -89,10 +99,10 @@ def _difference(these: dict[str, str], those: dict[str, str]) -> str:
 
 def schema(manifest: Manifest, units: Sequence[RowGroup]) -> pa.Schema:
     """The table schema of the first file, with partition columns appended as strings."""
-    first = manifest.paths[units[0].file] if units else manifest.paths[0]
-    local = f"{volume.parse(manifest.root).local}/{first}"
+    i = units[0].file if units else 0
+    first = manifest.paths[i]
     try:
-        s = pq.read_schema(local)
+        s = pq.read_schema(_input(manifest, volume.parse(manifest.root).local, i))
     except (pa.ArrowException, OSError) as e:
         raise ParquetError(f"{manifest.root}/{first} is not a readable Parquet file ({e})") from e
     for key in partition_values(first):

@@ -2,7 +2,7 @@
 
 `UCVolumeWriter` stages every file on local disk and copies it to the volume
 in one sequential write (what a FUSE volume does well; no random writes over
-the network). A checkpoint becomes readable all at once: the old `.metadata`
+the network), or one whole-object `PUT` over the Files API. A checkpoint becomes readable all at once: the old `.metadata`
 is removed before any file is written, and the new one is renamed into place
 after every rank's files are on the volume. `UCVolumeReader` reads through
 the node cache, so the ranks of a node fetch each file once.
@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import io
 import os
-import shutil
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
@@ -39,6 +38,7 @@ from torch.distributed.checkpoint.filesystem import FileSystemBase, FileSystemRe
 from torch.distributed.checkpoint.planner import SavePlan
 
 from .. import volume
+from ..io import transport
 from ..io.cache import Cache
 from ..errors import VolumePathError
 from ..io.fetch import retrying
@@ -79,31 +79,32 @@ class _VolumeFileSystem(FileSystemBase):
         try:
             with os.fdopen(fd, mode) as f:
                 yield f  # type: ignore[misc]
-            shutil.copyfile(staged, vp.local)
+            transport.write_file(vp.local, staged)
         finally:
             os.unlink(staged)
 
     def _cached(self, vp: volume.VolumePath) -> str:
         def fetch() -> str:
-            st = os.stat(vp.local)
-            return self.cache.get(vp.local, vp.path, st.st_size, st.st_mtime_ns) or vp.local
+            size, mtime_ns = transport.stat(vp.local)
+            return self.cache.get(vp.local, vp.path, size, mtime_ns) or vp.local
 
         return retrying(fetch, vp.path)
 
     def rename(self, path: str | os.PathLike, new_path: str | os.PathLike) -> None:
-        os.replace(self._local(path), self._local(new_path))
+        transport.rename(self._local(path), self._local(new_path))
 
     def mkdir(self, path: str | os.PathLike) -> None:
-        os.makedirs(self._local(path), exist_ok=True)
+        transport.make_dirs(self._local(path))
 
     def exists(self, path: str | os.PathLike) -> bool:
-        return os.path.exists(self._local(path))
+        local = self._local(path)
+        return transport.is_file(local) or transport.is_dir(local)
 
     def rm_file(self, path: str | os.PathLike) -> None:
-        os.unlink(self._local(path))
+        transport.remove(self._local(path))
 
     def ls(self, path: str | os.PathLike) -> list[str]:
-        return [str(Path(path) / name) for name in os.listdir(self._local(path))]
+        return [str(Path(path) / name) for name in transport.listdir(self._local(path))]
 
     @classmethod
     def validate_checkpoint_id(cls, checkpoint_id: str | os.PathLike) -> bool:
@@ -175,9 +176,9 @@ class UCVolumeReader(FileSystemReader):
 def _check_checkpoint(path: str) -> None:
     """Refuse a folder that holds no finished checkpoint now, not from inside `dcp.load`'s collectives."""
     local = volume.parse(path).local
-    if not os.path.isdir(local):
+    if not transport.is_dir(local):
         raise VolumePathError(f"{path} does not exist: give the folder that dcp.save(..., "
                               "storage_writer=UCVolumeWriter(folder)) wrote")
-    if not any(n.endswith(".metadata") for n in os.listdir(local)):
+    if not any(n.endswith(".metadata") for n in transport.listdir(local)):
         raise VolumePathError(f"{path} holds no checkpoint (no .metadata file): give the folder that dcp.save "
                               "wrote, after the save has finished (the writer publishes .metadata last)")
