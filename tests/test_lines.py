@@ -9,8 +9,11 @@ import os
 import random
 
 import datasets
+import numpy as np
 import pyarrow as pa
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import air_hf  # noqa: F401 - registers uc-volume
 from air_core import Cache, OptionError, resolve_source
@@ -60,6 +63,25 @@ def test_every_record_belongs_to_exactly_one_span(volume, monkeypatch, span_byte
     assert len(units) == -(-os.path.getsize(volume.local("d/a.jsonl")) // span_bytes) or span_bytes > 10_000
     got = _ids(source.reader.read_tables(units, Cache(), columns=None, fetch_threads=4))
     assert got == list(range(40))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 50), st.booleans()), max_size=30), st.integers(1, 7))
+def test_the_span_table_holds_what_cutting_each_file_gives(files, span_bytes):
+    sizes, whole = [s for s, _ in files], [w for _, w in files]
+    expected = []
+    for f, (size, one) in enumerate(files):
+        if one or size <= span_bytes:
+            expected += [line_spans.Span(f, 0, 0, size, whole=one)] if size else []
+        else:
+            expected += [line_spans.Span(f, k, k * span_bytes, min(size, (k + 1) * span_bytes))
+                         for k in range(-(-size // span_bytes))]
+    table = line_spans.Spans(np.array(sizes, dtype=np.int64), np.array(whole, dtype=bool), span_bytes)
+    assert list(table) == expected and len(table) == len(expected)
+    assert table.nbytes().tolist() == [u.nbytes for u in expected]
+    assert list(table.firsts()) == [u for u in expected if u.index == 0]
+    chosen = sorted(set(range(0, len(files), 2)))
+    assert table.of_files(chosen) == [u for u in expected if u.file in chosen]
 
 
 def test_a_record_longer_than_several_spans_is_read_once(volume, monkeypatch):

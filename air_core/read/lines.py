@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 import zlib
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, BinaryIO, ClassVar, Iterator, Sequence
+from typing import TYPE_CHECKING, BinaryIO, ClassVar, Iterable, Iterator, Sequence
 
 import numpy as np
 
@@ -30,7 +30,7 @@ from ..io.fetch import ordered_map, retrying
 from ..manifest import Manifest
 from ..planning.rows import RowSlice, unit_of
 from . import line_spans
-from .line_spans import TAIL_BYTES, Span, first_record, spans, tail_end
+from .line_spans import TAIL_BYTES, Span, Spans, first_record, tail_end
 from .reader import TableReader
 from .row_groups import CountedPart, CountedUnits, localize, within
 
@@ -112,14 +112,22 @@ class LinesReader(CountedUnits, TableReader):
 
     # -- units ------------------------------------------------------------------------
 
-    def units(self) -> list[Span]:
+    def units(self) -> Spans:
         """Every span of every file, in listing order."""
-        def make() -> list[Span]:
+        def make() -> Spans:
             m = self.source.manifest
-            whole = [not self.splittable() or compression(p) is not None for p in m.paths.tolist()]
-            return spans(range(len(m)), m.sizes.tolist(), whole, line_spans.SPAN_BYTES)
+            if self.splittable():
+                whole = np.zeros(len(m), dtype=bool)
+                for codec in COMPRESSIONS:
+                    whole |= m.paths.endswith(f".{codec}")
+            else:
+                whole = np.ones(len(m), dtype=bool)
+            return Spans(m.sizes, whole, line_spans.SPAN_BYTES)
 
         return self.source.held("units", make)
+
+    def unit_bytes(self) -> np.ndarray:
+        return self.units().nbytes()
 
     def counted(self) -> list[Span]:
         """Every span with its records counted (as they read with on_error="skip"): each span read once, through
@@ -153,7 +161,7 @@ class LinesReader(CountedUnits, TableReader):
         """
         out: list[tuple[str, bytes]] = []
         held = 0
-        firsts = [u for u in self.units() if u.index == 0]
+        firsts = self.units().firsts()
         m = self.source.manifest
         for unit, chunks in _records(m, firsts, Cache(self.source.cache_dir), self.source.local,
                                      ahead_bytes=SAMPLE_BYTES):
@@ -169,8 +177,7 @@ class LinesReader(CountedUnits, TableReader):
         return out
 
     def pieces(self, files: Sequence[int]) -> list[Piece]:
-        member = set(files)
-        return [u for u in self.units() if u.file in member]
+        return self.units().of_files(sorted(set(files)))
 
     # -- reading ------------------------------------------------------------------------
 
@@ -232,7 +239,7 @@ def read_spans(manifest: Manifest, pieces: Sequence[Piece], cache: Cache, fmt: F
 Chunks = Iterator[tuple[int, int, bytes]]
 
 
-def _records(manifest: Manifest, units: Sequence[Span], cache: Cache, local_root: str, *,
+def _records(manifest: Manifest, units: Iterable[Span], cache: Cache, local_root: str, *,
              ahead_bytes: int | None = None) -> Iterator[tuple[Span, Chunks]]:
     """(span, its own whole records in runs) for each of `units`, in order, fetched ahead through the node cache:
     up to `SPAN_READS` of them and `ahead_bytes` (default: `SPANS_AHEAD` spans' worth) at once.
@@ -277,8 +284,8 @@ def _records(manifest: Manifest, units: Sequence[Span], cache: Cache, local_root
 
     if ahead_bytes is None:
         ahead_bytes = SPANS_AHEAD * line_spans.SPAN_BYTES
-    yield from zip(units, ordered_map(fetch, ((u, u.nbytes) for u in units), threads=SPAN_READS,
-                                      max_ahead=SPAN_READS, max_bytes=ahead_bytes))
+    yield from ordered_map(lambda unit: (unit, fetch(unit)), ((u, u.nbytes) for u in units), threads=SPAN_READS,
+                           max_ahead=SPAN_READS, max_bytes=ahead_bytes)
 
 
 def _bytes(data: bytes | str) -> bytes:

@@ -74,6 +74,10 @@ class CountedUnits:
         """`units()`, each with its rows counted (a read of every unit)."""
         raise NotImplementedError
 
+    def unit_bytes(self) -> np.ndarray:
+        """The bytes of each of `units()`, in order."""
+        return np.array([u.nbytes for u in self.units()], dtype=np.int64)
+
     def count(self, pieces: Sequence[Any]) -> int:
         return sum(p.num_rows for p in self._with_counts(pieces))
 
@@ -90,15 +94,15 @@ class CountedUnits:
             order = epoch_order(len(pieces), epoch=epoch, seed=seed, shuffle=shuffle)
             return np.asarray(order, dtype=np.int64), [pieces[k] for k in order]
         units = self.units()
-        keys = plan_mod.rank_share([u.nbytes for u in units], rank=rank, world_size=world_size, epoch=epoch,
-                                   seed=seed, shuffle=shuffle)
+        keys = plan_mod.rank_share(self.unit_bytes(), rank=rank, world_size=world_size, epoch=epoch, seed=seed,
+                                   shuffle=shuffle)
         return np.asarray(keys, dtype=np.int64), [units[k] for k in keys]
 
     def share_weights(self, rank: int, world_size: int, *, equalize: Equalize) -> np.ndarray:
         if equalize != "none":
             pieces = rank_pieces(self.counted(), rank, world_size, equalize)
             return np.array([piece_bytes(p) for p in pieces], dtype=np.int64)
-        return np.array([u.nbytes for u in self.units()], dtype=np.int64)
+        return self.unit_bytes()
 
     def weights(self, pieces: Sequence[Any]) -> list[int]:
         return [piece_bytes(p) for p in pieces]
