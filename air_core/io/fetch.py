@@ -17,7 +17,8 @@ import threading
 import time
 from collections import deque
 from queue import SimpleQueue
-from typing import Callable, Iterable, Iterator, TypeVar
+from dataclasses import dataclass
+from typing import Callable, Generic, Iterable, Iterator, TypeVar
 
 from ..errors import FetchError
 
@@ -131,69 +132,10 @@ def ordered_map(
     served (see `air_core.io.cache`).
     """
     source = iter(items)
-    threads = max(1, threads)
-    jobs: SimpleQueue = SimpleQueue()
-    results: dict[int, tuple[bool, R | BaseException]] = {}
-    # position -> [start of its latest attempt, attempts not returned, settled]; kept until the last returns
-    running: dict[int, list] = {}
-    deadline = Deadline(floor=hedge_floor)
-    arrived = threading.Condition()
-    stop = threading.Event()
-    workers = slow = hedges = 0  # slow: threads in an attempt that a later one overtook
-
-    def attempt(position: int, item: T, begun: float) -> bool:
-        """Run `fn(item)` and settle `position` unless another attempt has; True: leave the pool."""
-        nonlocal workers, slow
-        try:
-            out = (True, fn(item))
-        except BaseException as e:  # raised on the consumer's thread, in order
-            out = (False, e)
-        with arrived:
-            run = running[position]
-            run[1] -= 1
-            if not run[2] and (out[0] or not run[1]):  # a failure leaves the other attempts to finish
-                run[2] = True
-                results[position] = out
-                if out[0]:
-                    deadline.observe(time.monotonic() - begun)
-                arrived.notify()
-            if begun != run[0]:
-                slow -= 1
-            if not run[1]:
-                del running[position]
-            if workers - slow > threads:
-                workers -= 1
-                return True
-        return False  # and `out` goes: an idle thread must not keep its last result (a file's bytes) alive
-
-    def work(hedge: tuple | None = None) -> None:
-        if hedge is not None and attempt(*hedge):
-            return
-        while (job := jobs.get()) is not None and not stop.is_set():
-            position, item = job
-            begun = time.monotonic()
-            running[position] = [begun, 1, False]  # the consumer only looks one up, never iterates: no lock
-            if attempt(position, item, begun):
-                return
-
-    def wait_or_hedge(position: int, item: T) -> float | None:
-        """Hedge `position` if its latest attempt is overdue; else how long until it is (None: no limit)."""
-        nonlocal workers, slow, hedges
-        run, limit = running.get(position), deadline.seconds
-        if limit is None or hedges >= HEDGE_ALLOWANCE + HEDGE_SHARE * end:
-            return None
-        if run is None:  # still queued behind busy threads: look again later
-            return limit
-        now = time.monotonic()
-        if now - run[0] < limit:
-            return run[0] + limit - now
-        run[0], run[1] = now, run[1] + 1
-        workers, slow, hedges = workers + 1, slow + 1, hedges + 1
-        threading.Thread(target=work, args=((position, item, now),), name="air-fetch", daemon=True).start()
-        return None
-
+    pool: _Pool[T, R] = _Pool(fn, max(1, threads), Deadline(floor=hedge_floor))
     waiting: deque[tuple[T, int]] = deque()  # (item, bytes) of each position from `head` to `end`
     head = end = inflight = 0
+    results = pool.results
     try:
         exhausted = False
         while True:
@@ -213,20 +155,14 @@ def ordered_map(
                     nbytes = 0
                 else:
                     reading = True  # a read to start: fill the window, for as many reads in flight as it allows
-                    if workers < threads:  # once full, the pool never shrinks below `threads`
-                        with arrived:
-                            workers += 1
-                        threading.Thread(target=work, name="air-fetch", daemon=True).start()
-                    jobs.put((end, item))
+                    pool.submit(end, item)
                 waiting.append((item, nbytes))
                 inflight += nbytes
                 end += 1
             if head == end:
                 return
             if head not in results:  # a cache hit, or a read already done, needs no lock
-                with arrived:
-                    while head not in results:
-                        arrived.wait(wait_or_hedge(head, waiting[0][0]))
+                pool.wait_for(head, waiting[0][0], hedges_allowed=HEDGE_ALLOWANCE + HEDGE_SHARE * end)
             ok, out = results.pop(head)
             inflight -= waiting.popleft()[1]
             head += 1
@@ -234,6 +170,103 @@ def ordered_map(
                 raise out
             yield out
     finally:
-        stop.set()
-        for _ in range(workers):
-            jobs.put(None)
+        pool.close()
+
+
+@dataclass(slots=True)
+class _Attempts:
+    """The attempts at one position of an `ordered_map`: when its latest began, how many have not returned, and
+    whether one has settled it."""
+
+    latest: float
+    pending: int = 1
+    settled: bool = False
+
+
+class _Pool(Generic[T, R]):
+    """The threads of one `ordered_map`: they take `(position, item)` jobs from one queue and leave each result in
+    one dict, and a read the consumer waits for past its deadline is hedged on a new thread.
+
+    `threads`: the pool's size, which it never shrinks below once full. A
+    hedging thread joins the pool; `slow` counts the threads in an attempt
+    that a later one overtook, which leave the pool when they return.
+    """
+
+    def __init__(self, fn: Callable[[T], R], threads: int, deadline: Deadline) -> None:
+        self.fn, self.threads, self.deadline = fn, threads, deadline
+        self.jobs: SimpleQueue = SimpleQueue()
+        self.results: dict[int, tuple[bool, R | BaseException]] = {}
+        self.running: dict[int, _Attempts] = {}  # kept until a position's last attempt returns
+        self.arrived = threading.Condition()
+        self.stop = threading.Event()
+        self.workers = self.slow = self.hedges = 0
+
+    def submit(self, position: int, item: T) -> None:
+        """Queue a read, adding a thread while the pool is below its size."""
+        if self.workers < self.threads:
+            with self.arrived:
+                self.workers += 1
+            threading.Thread(target=self._work, name="air-fetch", daemon=True).start()
+        self.jobs.put((position, item))
+
+    def wait_for(self, position: int, item: T, *, hedges_allowed: float) -> None:
+        """Block until `position` has a result, hedging its read whenever it is overdue (up to `hedges_allowed`)."""
+        with self.arrived:
+            while position not in self.results:
+                self.arrived.wait(self._wait_or_hedge(position, item, hedges_allowed))
+
+    def close(self) -> None:
+        """Drop the work not started; every idle thread leaves."""
+        self.stop.set()
+        for _ in range(self.workers):
+            self.jobs.put(None)
+
+    def _attempt(self, position: int, item: T, begun: float) -> bool:
+        """Run `fn(item)` and settle `position` unless another attempt has; True: leave the pool."""
+        try:
+            out = (True, self.fn(item))
+        except BaseException as e:  # raised on the consumer's thread, in order
+            out = (False, e)
+        with self.arrived:
+            run = self.running[position]
+            run.pending -= 1
+            if not run.settled and (out[0] or not run.pending):  # a failure leaves the other attempts to finish
+                run.settled = True
+                self.results[position] = out
+                if out[0]:
+                    self.deadline.observe(time.monotonic() - begun)
+                self.arrived.notify()
+            if begun != run.latest:
+                self.slow -= 1
+            if not run.pending:
+                del self.running[position]
+            if self.workers - self.slow > self.threads:
+                self.workers -= 1
+                return True
+        return False  # and `out` goes: an idle thread must not keep its last result (a file's bytes) alive
+
+    def _work(self, hedge: tuple | None = None) -> None:
+        if hedge is not None and self._attempt(*hedge):
+            return
+        while (job := self.jobs.get()) is not None and not self.stop.is_set():
+            position, item = job
+            begun = time.monotonic()
+            self.running[position] = _Attempts(begun)  # the consumer only looks one up, never iterates: no lock
+            if self._attempt(position, item, begun):
+                return
+
+    def _wait_or_hedge(self, position: int, item: T, hedges_allowed: float) -> float | None:
+        """Hedge `position` if its latest attempt is overdue; else how long until it is (None: no limit).
+        The caller holds `arrived`."""
+        run, limit = self.running.get(position), self.deadline.seconds
+        if limit is None or self.hedges >= hedges_allowed:
+            return None
+        if run is None:  # still queued behind busy threads: look again later
+            return limit
+        now = time.monotonic()
+        if now - run.latest < limit:
+            return run.latest + limit - now
+        run.latest, run.pending = now, run.pending + 1
+        self.workers, self.slow, self.hedges = self.workers + 1, self.slow + 1, self.hedges + 1
+        threading.Thread(target=self._work, args=((position, item, now),), name="air-fetch", daemon=True).start()
+        return None
