@@ -26,8 +26,9 @@ from .grid import Grid
 from .io.cache import Cache
 from .planning import mixture, resume
 from .planning import shares as plan_mod
-from .read.files import (DEFAULT_FETCH_THREADS, DEFAULT_PREFETCH, DEFAULT_PREFETCH_BYTES, CachedFile,
-                         ROWS_AT_ONCE, FilesReader, OnError, Row, Skipped, chunked, read_rows)
+from .io.files import (DEFAULT_FETCH_THREADS, DEFAULT_PREFETCH, DEFAULT_PREFETCH_BYTES, ROWS_AT_ONCE, CachedFile, OnError,
+                       Row, Skipped, chunked, read_rows)
+from .read.files import FilesReader
 from .read.reader import FileRowsPart
 from .source import Source, resolve_source
 

@@ -72,7 +72,7 @@ BREAKDOWN = r"""
 import json, os, sys, time
 from databricks.air.data import UCVolumeDataset as Reference
 from air_core.io.cache import _entry_path
-from air_core.read.files import chunked, read_items
+from air_core.io.files import chunked, read_items
 from air_core.torch import UCVolumeDataset
 
 nested, flat = sys.argv[1], sys.argv[2]

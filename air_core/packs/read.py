@@ -33,7 +33,7 @@ from ..io.listing import list_folder
 from ..manifest import Manifest
 from .store import INDEX, OFFSETS, Generation
 from ..planning.rows import RowGroup
-from ..read.files import CachedFile
+from ..io.files import CachedFile
 
 # Row groups fetched at once, each through its own open (bandwidth is per open): 24 streams in flight. Whole
 # shards, fetched in 8 ranges each, read 20,000 files in 3 shards of 1 GiB under the emulated volume at

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from importlib import import_module
 
-from .files import DEFAULT_FETCH_THREADS, DEFAULT_PREFETCH, DEFAULT_PREFETCH_BYTES, ON_ERRORS, CachedFile, OnError, Skipped, default_fetch_threads, read_items, without_skips
+from ..io.files import DEFAULT_FETCH_THREADS, DEFAULT_PREFETCH, DEFAULT_PREFETCH_BYTES, ON_ERRORS, CachedFile, OnError, Skipped, default_fetch_threads, read_items, without_skips
 from .reader import FileRowsReader, Part, Reader, TableReader
 
 # mode -> "module:class" of its reader; mode="auto" tries them in this order.

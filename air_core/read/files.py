@@ -1,227 +1,24 @@
-"""Loose files, a row each: read through the node cache, fetched ahead of the consumer, in plan order.
-
-`read_items` is the engine: the Parquet reader fetches its files through it
-too. `FilesReader` is the format.
+"""Loose files, a row each: the format whose units are files, dealt by bytes, each fetched whole into the node
+cache (through `air_core.io.files`, the engine the Parquet and WebDataset readers fetch their files through too).
 """
 
 from __future__ import annotations
 
-import logging
-import os
 from dataclasses import dataclass
-from itertools import chain, islice
-from typing import TYPE_CHECKING, Iterable, Iterator, Literal, NamedTuple, Sequence
+from typing import TYPE_CHECKING, Iterator, Sequence
 
 import numpy as np
 
-from .. import dist, volume
 from ..planning import shares as plan_mod
 from ..planning import resume
-from ..io.cache import Cache, read_bytes, read_fd
-from ..errors import FetchError
-from ..io.fetch import ordered_map, retrying
+from ..io.cache import Cache
+from ..io.files import DEFAULT_FETCH_THREADS, DEFAULT_PREFETCH, DEFAULT_PREFETCH_BYTES, CachedFile, OnError, Skipped, read_items
 from ..manifest import Manifest
 from .reader import FileRowsPart, FileRowsReader
 
 if TYPE_CHECKING:
     from ..grid import Grid
     from ..planning.shares import Equalize
-
-log = logging.getLogger("air_core")
-
-OnError = Literal["raise", "skip"]
-ON_ERRORS = ("raise", "skip")
-DEFAULT_FETCH_THREADS = 64
-WORKER_FETCH_THREADS = 32
-DEFAULT_PREFETCH = 256
-DEFAULT_PREFETCH_BYTES = 512 << 20
-
-
-def default_fetch_threads(num_workers: int | None = None) -> int:
-    """Reads in flight per stream: 64 in a process of its own, 32 when several DataLoader workers share the cores.
-
-    Beyond that, a worker's fetch threads contend with its consumer and with
-    the other workers more than their reads overlap (2,000 files under the
-    emulated volume, 2 cores: 2 workers read 4,735 files/s at 32 threads each
-    and 3,430 at 64; 6 workers 4,746 and 2,417). `num_workers` defaults to the
-    DataLoader worker count detected now.
-    """
-    if num_workers is None:
-        num_workers = dist.detect_worker()[1]
-    return WORKER_FETCH_THREADS if num_workers > 1 else DEFAULT_FETCH_THREADS
-
-
-class CachedFile(NamedTuple):
-    """One file of a stream (a named tuple: built once per file, so it must be cheap).
-
-    Attributes:
-        path: the volume path (`/Volumes/c/s/v/...`).
-        local_path: a local path to read: the cached copy, or the volume file
-            itself when the cache was full (then `cached` is False); empty for
-            a file read from a pack, whose bytes are in `data`.
-        size: size in bytes.
-        index: the file's index in the manifest.
-        cached: whether `local_path` is a node-local cached copy.
-        data: the bytes, when the file was streamed past a full cache or read from a pack.
-    """
-
-    path: str
-    local_path: str
-    size: int
-    index: int
-    cached: bool = True
-    data: bytes | None = None
-
-    def read_bytes(self) -> bytes:
-        """The file's bytes (already in memory when it was streamed past a full cache)."""
-        if self.data is not None:
-            return self.data
-        fd = os.open(self.local_path, os.O_RDONLY)
-        try:
-            return read_fd(fd, self.size)
-        finally:
-            os.close(fd)
-
-
-class Skipped(NamedTuple):
-    """A file left out under `on_error="skip"`: it stayed unreadable through every retry.
-
-    Attributes:
-        path: the volume path.
-        index: the file's index in the manifest.
-        error: what the last attempt met.
-    """
-
-    path: str
-    index: int
-    error: str
-
-
-def without_skips(records: Iterable[CachedFile | Skipped], *, keep_count: bool) -> Iterator[CachedFile]:
-    """The files of `records`, each `Skipped` one logged and left out.
-
-    With `keep_count` (equal counts were asked for: a rank short of one file
-    would hang DDP at the end of the epoch), a skipped file is stood in for
-    by the file delivered before it, or by the next one when it comes first,
-    as `equalize="pad"` repeats files.
-    """
-    last: CachedFile | None = None
-    owed = 0
-    for r in records:
-        if isinstance(r, Skipped):
-            log.warning("skipped %s, which stays unreadable: %s", r.path, r.error)
-            if not keep_count:
-                continue
-            if last is None:
-                owed += 1
-                continue
-            r = last
-        last = r
-        for _ in range(owed + 1):
-            yield r
-        owed = 0
-
-
-def read_items(
-    manifest: Manifest,
-    items: Iterable[int],
-    cache: Cache,
-    *,
-    fetch_threads: int = DEFAULT_FETCH_THREADS,
-    prefetch: int = DEFAULT_PREFETCH,
-    prefetch_bytes: int = DEFAULT_PREFETCH_BYTES,
-    local_root: str | None = None,
-    on_error: OnError = "raise",
-) -> Iterator[CachedFile | Skipped]:
-    """Fetch manifest items through the cache, ahead of the consumer, in order.
-
-    `local_root` is where `manifest.root` lives on this machine (default: mapped
-    by this process's `AIR_VOLUMES_ROOT`); a process reading what another one
-    listed, such as a Ray task, passes the lister's. A file that stays
-    unreadable raises `FetchError`, or with `on_error="skip"` is yielded as a
-    `Skipped` in its place (see `without_skips`).
-    """
-    local_root = local_root or volume.parse(manifest.root).local
-    root = manifest.root
-
-    def rows() -> Iterator[list[Row]]:
-        for chunk in chunked(items):
-            yield [(i, f"{root}/{path}", f"{local_root}/{path}", size, mtime)
-                   for i, (path, size, mtime) in zip(chunk, manifest.rows(chunk))]
-
-    return read_rows(rows(), cache, fetch_threads=fetch_threads, prefetch=prefetch, prefetch_bytes=prefetch_bytes,
-                     on_error=on_error)
-
-
-def read_rows(
-    chunks: Iterable[list[Row]],
-    cache: Cache,
-    *,
-    fetch_threads: int = DEFAULT_FETCH_THREADS,
-    prefetch: int = DEFAULT_PREFETCH,
-    prefetch_bytes: int = DEFAULT_PREFETCH_BYTES,
-    on_error: OnError = "raise",
-) -> Iterator[CachedFile | Skipped]:
-    """`read_items` of files given as chunks of rows (see `chunked`), which may come from several listings
-    (a mixture's)."""
-
-    def fetch(item: Row) -> CachedFile:
-        i, vpath, src, size, mtime = item
-
-        def once() -> CachedFile:
-            entry = cache.get(src, vpath, size, mtime)
-            if entry is not None:
-                return CachedFile(vpath, entry, size, i)
-            return CachedFile(vpath, src, size, i, cached=False, data=read_bytes(src, vpath, size, mtime))
-
-        try:
-            return retrying(once, vpath)
-        except FetchError as e:
-            if on_error == "raise":
-                raise
-            return Skipped(vpath, i, str(e))
-
-    def hit(item: Row) -> CachedFile | None:
-        i, vpath, _, size, mtime = item
-        entry = cache.lookup(vpath, size, mtime)
-        return None if entry is None else CachedFile(vpath, entry, size, i)
-
-    def hits_then_reads() -> Iterator[CachedFile | Skipped]:
-        # A warm epoch is runs of hits: those are yielded straight from one lookup per chunk, without the
-        # window of reads ahead, which costs more than the hit itself (a warm item ~2.5 us instead of ~4.3).
-        # From the first miss on, `ordered_map` reads ahead as usual, its `quick` still taking hits inline.
-        it = iter(chunks)
-        for chunk in it:
-            found = cache.lookup_run([(vpath, size, mtime) for _, vpath, _, size, mtime in chunk])
-            for entry, (i, vpath, _, size, _) in zip(found, chunk):
-                yield _new_tuple(CachedFile, (vpath, entry, size, i, True, None))
-            if len(found) == len(chunk):
-                continue
-            rest = chain(chunk[len(found):], (row for later in it for row in later))
-            yield from ordered_map(fetch, ((row, row[3]) for row in rest), threads=fetch_threads,
-                                   max_ahead=prefetch, max_bytes=prefetch_bytes, quick=hit)
-            return
-
-    return hits_then_reads()
-
-
-Row = tuple[int, str, str, int, int]  # (index, volume path, local path, size, mtime_ns)
-ROWS_AT_ONCE = 128
-_new_tuple = tuple.__new__  # a named tuple's own constructor is a Python function: too slow for a warm item
-
-
-def chunked(items: Iterable[int]) -> Iterator[list[int]]:
-    """`items` in chunks of up to `ROWS_AT_ONCE`, to decode their rows of a listing a chunk at a time.
-
-    One decode and one conversion per chunk rather than per file: a warm
-    pass costs a `stat` and little else per file. The first chunks are
-    small, doubling, so that a pass's first file comes after a few lookups,
-    not a hundred (a DataLoader's first batch waits for it).
-    """
-    it, n = iter(items), 4
-    while chunk := list(islice(it, n)):
-        yield chunk
-        n = min(2 * n, ROWS_AT_ONCE)
 
 
 class FilesReader(FileRowsReader):

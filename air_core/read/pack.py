@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING, Iterator, Sequence
 from ..packs import plan as pack_plan, read as pack_read, store as pack_store
 from ..manifest import Manifest
 from ..planning.rows import RowGroup, RowSlice
-from .files import CachedFile, FilesReader
+from ..io.files import CachedFile
+from .files import FilesReader
 from .reader import FileRowsPart, FileRowsReader
 from .row_groups import RowGroupPieces
 

@@ -23,7 +23,7 @@ from ..errors import ParquetError
 from ..io.fetch import ordered_map
 from ..manifest import Manifest
 from ..planning.rows import RowGroup, RowSlice, unit_of
-from .files import CachedFile, read_items
+from ..io.files import CachedFile, read_items
 
 FOOTER_THREADS = 32
 _OPEN_FILES = 8

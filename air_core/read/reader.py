@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from ..manifest import Manifest
     from ..planning.shares import Equalize
     from ..source import Source
-    from .files import CachedFile, Skipped
+    from ..io.files import CachedFile, Skipped
 
 # What each option a door may pass to `check` means when left as it is: such a value is never refused.
 _UNSET: dict[str, tuple[Any, ...]] = {

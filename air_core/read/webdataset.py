@@ -38,7 +38,7 @@ from ..io.cache import Cache
 from ..errors import EmptyVolumeError, RecordError
 from ..manifest import Manifest
 from ..planning.rows import RowSlice, unit_of
-from .files import CachedFile, Skipped, read_items
+from ..io.files import CachedFile, Skipped, read_items
 from .reader import TableReader
 from .row_groups import CountedPart, CountedUnits, localize
 
