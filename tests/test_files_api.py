@@ -407,3 +407,50 @@ def test_files_api_forced_without_credentials_says_what_to_set(files_api, monkey
     monkeypatch.delenv("DATABRICKS_TOKEN")
     with pytest.raises(OptionError, match="AIR_VOLUMES_TRANSPORT=files-api.*set DATABRICKS_HOST and DATABRICKS_TOKEN"):
         air_core.FileStream(files_api.path("d"))
+
+
+
+# --- a full cache, and one key per file -------------------------------------------------------------------
+
+
+@pytest.fixture
+def full_cache(monkeypatch):
+    """A node cache that admits nothing more, as when it holds its limit."""
+    monkeypatch.setattr(air_core.Cache, "_reserve", lambda self, nbytes: nbytes <= 0)
+
+
+def test_a_pack_past_a_full_cache_streams_its_index_and_offsets(files_api, monkeypatch, request):
+    v = files_api
+    loose = sorted(v.local(p[len(v.vol) + 1:]).read_bytes() for p in v.files("d", 30, size=lambda i: 1000 + i))
+    with monkeypatch.context() as m:
+        m.setenv("AIR_VOLUMES_TRANSPORT", "fuse")
+        m.setenv("AIR_VOLUMES_ROOT", str(v.root))
+        air_core.pack(v.path("d"), v.path("packed"), shard_size=20_000, row_group_size=5_000)
+    request.getfixturevalue("full_cache")
+    assert sorted(f.read_bytes() for f in air_core.FileStream(v.path("packed"))) == loose
+
+
+def test_a_checkpoint_past_a_full_cache_is_read_from_the_api(files_api, request):
+    torch = pytest.importorskip("torch")
+    import torch.distributed.checkpoint as dcp
+
+    from air_core.torch import UCVolumeReader, UCVolumeWriter
+
+    path = files_api.path("ckpt/latest")
+    dcp.save({"w": torch.arange(5.0)}, storage_writer=UCVolumeWriter(path))
+    request.getfixturevalue("full_cache")
+    files_api.server.clear_trace()
+    target = {"w": torch.zeros(5)}
+    dcp.load(target, storage_reader=UCVolumeReader(path))
+    assert target["w"].tolist() == [0.0, 1.0, 2.0, 3.0, 4.0]
+    assert {r.path.rsplit("/", 1)[1] for r in _data_requests(files_api.server)} == {".metadata", "__0_0.distcp"}
+
+
+def test_one_key_per_file_whether_listed_or_stat_ed(files_api):
+    v = files_api
+    v.write("d/a.bin", b"a" * 1000)
+    os.utime(v.local("d/a.bin"), ns=(1_700_000_000_123_456_789,) * 2)  # milliseconds a listing has, HEAD not
+    [(_, size, listed)], _ = transport.entries(v.path("d"))
+    assert transport.stat(v.path("d/a.bin")) == (size, listed) == (1000, 1_700_000_000 * 10**9)
+    [f] = air_core.FileStream(v.path("d"))  # keyed by the listing ...
+    assert air_core.Cache().lookup(f.path, *transport.stat(v.path("d/a.bin"))) == f.local_path  # ... found by HEAD
