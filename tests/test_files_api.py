@@ -454,3 +454,42 @@ def test_one_key_per_file_whether_listed_or_stat_ed(files_api):
     assert transport.stat(v.path("d/a.bin")) == (size, listed) == (1000, 1_700_000_000 * 10**9)
     [f] = air_core.FileStream(v.path("d"))  # keyed by the listing ...
     assert air_core.Cache().lookup(f.path, *transport.stat(v.path("d/a.bin"))) == f.local_path  # ... found by HEAD
+
+
+def _parquet_tree(v, files: int = 4, rows: int = 40_000, row_group_size: int = 5_000) -> int:
+    """`files` Parquet files of `rows` rows under t/, ids 0.. in order; returns their bytes in all."""
+    for k in range(files):
+        ids = list(range(k * rows, (k + 1) * rows))
+        table = pa.table({"id": ids, "x": [float(i) for i in ids], "s": [f"row {i}" * 3 for i in ids]})
+        v.local("t").mkdir(exist_ok=True)
+        pq.write_table(table, v.local(f"t/p{k}.parquet"), row_group_size=row_group_size)
+    return sum(v.local(f"t/p{k}.parquet").stat().st_size for k in range(files))
+
+
+def test_parquet_ranks_request_only_their_row_groups(files_api):
+    v, s = files_api, files_api.server
+    total = _parquet_tree(v, files=3)  # 3 files, 2 ranks: the ranks split p1's row groups
+    streams = [air_core.RowStream(v.path("t"), rank=k, world_size=2) for k in range(2)]
+    s.clear_trace()
+    ids = sorted(r["id"] for st in streams for r in st)
+    assert ids == list(range(120_000))
+    sent = sum(r.sent for r in _data_requests(s))
+    assert sent <= 1.05 * total  # across ranks, about each byte once (p1 whole on both ranks: 1.33x)
+    split = [r for r in _data_requests(s) if r.path.endswith("p1.parquet")]
+    assert len(split) > 2 and not any(r.range.startswith("bytes=0-") for r in split)  # its row groups' ranges
+    s.clear_trace()
+    for st in streams:
+        st.set_epoch(1)
+        assert sum(1 for _ in st) == 60_000
+    assert s.trace == []  # a second epoch: every range from the node cache
+
+
+def test_parquet_ranges_past_a_full_cache(files_api, request):
+    v, s = files_api, files_api.server
+    total = _parquet_tree(v, files=3)
+    request.getfixturevalue("full_cache")
+    streams = [air_core.RowStream(v.path("t"), rank=k, world_size=2) for k in range(2)]
+    s.clear_trace()
+    assert sorted(r["id"] for st in streams for r in st) == list(range(120_000))
+    # Each rank its own ranges, in memory: the tail and the row group the ranks split are fetched twice.
+    assert sum(r.sent for r in _data_requests(s)) <= 1.1 * total
