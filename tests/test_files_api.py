@@ -493,3 +493,32 @@ def test_parquet_ranges_past_a_full_cache(files_api, request):
     assert sorted(r["id"] for st in streams for r in st) == list(range(120_000))
     # Each rank its own ranges, in memory: the tail and the row group the ranks split are fetched twice.
     assert sum(r.sent for r in _data_requests(s)) <= 1.1 * total
+
+
+# --- Ray -------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_ray_reads_over_files_api_with_credentials_in_the_runtime_env(files_api, ray_cluster):
+    import hashlib
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    v, s = files_api, files_api.server
+    paths = v.files("imgs", 12)
+    _parquet_tree(v, files=2, rows=4_000, row_group_size=1_000)
+    env = {k: val for k, val in os.environ.items() if k != "AIR_VOLUMES_ROOT"}
+    env["RAY_ADDRESS"] = ray_cluster.get_runtime_context().gcs_address
+    proc = subprocess.run([sys.executable, str(Path(__file__).parent / "scripts" / "ray_files_api.py"), v.path("imgs"),
+                           v.path("t")], env=env, capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    want = {p: hashlib.sha256(v.local(p[len(v.vol) + 1:]).read_bytes()).hexdigest() for p in paths}
+    assert out["files"] == [want, want]
+    assert out["parquet"] == [list(range(8_000))] * 2
+    assert not out["token_pickled"]
+    served = {r.path for r in _data_requests(s)}
+    assert set(paths) <= served and v.path("t/p0.parquet") in served  # the workers read through the server
+    assert len([r for r in _data_requests(s) if r.path in paths]) == len(paths)  # once: the second from the cache
