@@ -51,8 +51,12 @@ def partition_values(rel_path: str) -> dict[str, str]:
     return out
 
 
-def parquet_units(manifest: Manifest, *, threads: int = FOOTER_THREADS) -> list[RowGroup]:
+def parquet_units(manifest: Manifest, *, threads: int = FOOTER_THREADS, cache: Cache | None = None) -> list[RowGroup]:
     """Every row group of every file, in manifest order; footers read concurrently.
+
+    `cache`: over the Files API, each footer is read from the file's last `FOOTER_TAIL` bytes kept in this
+    node cache, the entry that a ranged read of the file uses later: a node's ranks and passes ask for it
+    once, not each of them once for planning and again for reading.
 
     Raises `ParquetError` when a file is unreadable, or when the files do not
     share one schema: readers would otherwise fail mid-pass, or mix types.
@@ -61,7 +65,7 @@ def parquet_units(manifest: Manifest, *, threads: int = FOOTER_THREADS) -> list[
 
     def footer(i: int) -> tuple[dict[str, str], list[RowGroup]]:
         try:
-            md = pq.read_metadata(_input(manifest, local_root, i))
+            md = pq.read_metadata(_input(manifest, local_root, i, cache))
             columns = _column_types(md.schema.to_arrow_schema())
         except (pa.ArrowException, OSError) as e:
             raise ParquetError(
@@ -98,12 +102,18 @@ def _byte_range(rg: pq.RowGroupMetaData) -> tuple[int, int]:
     return (min(a for a, _ in spans), max(b for _, b in spans)) if spans else (0, 0)
 
 
-def _input(manifest: Manifest, local_root: str, i: int):
-    """What a footer is read from: the file's local path, or over the Files API a file of ranged requests."""
+def _input(manifest: Manifest, local_root: str, i: int, cache: Cache | None):
+    """What a footer is read from: the file's local path, or over the Files API its tail in the node cache
+    (`cache`; a file of ranged requests without one, or for a footer longer than the tail)."""
     api = transport.remote()
     if api is None:
         return f"{local_root}/{manifest.paths[i]}"
-    return RemoteFile(api, manifest.volume_path(i), int(manifest.sizes[i]), int(manifest.mtimes[i]))
+    size = int(manifest.sizes[i])
+    if cache is not None and size >= 8:
+        tail = _fetch_range(manifest, cache, (i, max(0, size - FOOTER_TAIL), size), local_root).read_bytes()
+        if int.from_bytes(tail[-8:-4], "little") + 8 <= len(tail):
+            return pa.BufferReader(tail)
+    return RemoteFile(api, manifest.volume_path(i), size, int(manifest.mtimes[i]))
 
 
 def _column_types(schema: pa.Schema) -> dict[str, str]:
@@ -119,12 +129,13 @@ def _difference(these: dict[str, str], those: dict[str, str]) -> str:
     return "; ".join(out)
 
 
-def schema(manifest: Manifest, units: Sequence[RowGroup]) -> pa.Schema:
-    """The table schema of the first file, with partition columns appended as strings."""
+def schema(manifest: Manifest, units: Sequence[RowGroup], cache: Cache | None = None) -> pa.Schema:
+    """The table schema of the first file, with partition columns appended as strings (`cache`: as in
+    `parquet_units`)."""
     i = units[0].file if units else 0
     first = manifest.paths[i]
     try:
-        s = pq.read_schema(_input(manifest, volume.parse(manifest.root).local, i))
+        s = pq.read_schema(_input(manifest, volume.parse(manifest.root).local, i, cache))
     except (pa.ArrowException, OSError) as e:
         raise ParquetError(f"{manifest.root}/{first} is not a readable Parquet file ({e})") from e
     for key in partition_values(first):
