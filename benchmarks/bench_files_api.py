@@ -7,7 +7,8 @@ response body; the clients are the real `databricks-sdk` and this library's tran
 server; bytes requested are the bodies of its file `GET`s, planning (footers, pack indexes) included.
 
 - files mode, first epoch, files/s over N files of ~100 KiB (their listing known to the baselines, not to
-  ours, which lists them itself: its files/s are given with the listing and after it): ours (`air_core.FileStream`, cache empty, each file's bytes read) vs
+  ours, which lists them itself: its files/s are given with the listing and after it): ours
+  (`air_core.FileStream`, cache empty, each file's bytes read) vs
   mosaic's downloader pattern (one `WorkspaceClient().files.download(path)` per file, in turn, written to a
   local file, as mosaicml-streaming's `download_file` does for each shard) vs a 64-thread pool of the same
   `files.download`; ours' second epoch: requests (target 0). The SDK's import and configuration, once a
@@ -21,7 +22,8 @@ server; bytes requested are the bodies of its file `GET`s, planning (footers, pa
 Prints a JSON line per measurement and a summary line with the targets and ratios.
 
     python benchmarks/bench_files_api.py                 # full size: 4,000 files (~400 MB), 15 Parquet files
-                                                         # of ~32 MB (~480 MB); a few minutes
+                                                         # of ~32 MB (~480 MB); about 10 minutes, most
+                                                         # of them the one-file-at-a-time baseline
     python benchmarks/bench_files_api.py --scale 0.02    # a check in seconds (200 files, 5 Parquet files
                                                          # of 8 MB)
 
@@ -124,7 +126,7 @@ def build_data(local: str, scale: float) -> dict:
                        row_group_size=max(1, group_bytes // row_bytes), compression="none")
         rows_total += rows
     return {"files": n_files, "parquet_files": n_parquet, "parquet_rows": rows_total,
-            "shard_bytes": max(4 << 20, int(SHARD_BYTES * scale * 4)),
+            "shard_bytes": max(4 << 20, int(SHARD_BYTES * min(1.0, scale * 4))),
             "pack_row_group_bytes": max(256 << 10, int(ROW_GROUP_BYTES * min(1.0, scale * 4)))}
 
 

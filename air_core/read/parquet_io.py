@@ -1,7 +1,9 @@
 """Parquet trees as units of work: row groups, and exact row ranges inside them.
 
-Footers are read concurrently straight from the volume (one small read per
-file; over the Files API one ranged request for a file's last 64 KiB); the data itself is fetched through the node cache when a unit is read.
+Footers are read concurrently: over FUSE straight from the volume (one small
+read per file), over the Files API as one ranged request for a file's last
+64 KiB, kept in the node cache. The data itself is fetched through the node
+cache when a unit is read.
 Hive partition folders (`split=train/`) become real columns, since their
 values live only in the paths.
 
@@ -51,7 +53,8 @@ def partition_values(rel_path: str) -> dict[str, str]:
     return out
 
 
-def parquet_units(manifest: Manifest, *, threads: int = FOOTER_THREADS, cache: Cache | None = None) -> list[RowGroup]:
+def parquet_units(manifest: Manifest, *, threads: int = FOOTER_THREADS,
+                  cache: Cache | None = None) -> list[RowGroup]:
     """Every row group of every file, in manifest order; footers read concurrently.
 
     `cache`: over the Files API, each footer is read from the file's last `FOOTER_TAIL` bytes kept in this
