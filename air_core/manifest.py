@@ -196,8 +196,14 @@ class Manifest:
         """Map a manifest written by `save`: its pages are shared by every process that maps the file."""
         with open(file, "rb") as f:
             mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        return cls.from_buffer(mapped, file)
+
+    @classmethod
+    def from_buffer(cls, mapped, name: str) -> "Manifest":
+        """A manifest written by `save`, from its bytes (a mapped file, or bytes read); its arrays are views of
+        them. `name`: where they came from, for errors."""
         if mapped[:len(_MAGIC)] != _MAGIC:
-            raise ManifestMismatchError(f"{file} is not a listing saved by this version; delete it to list again")
+            raise ManifestMismatchError(f"{name} is not a listing saved by this version; delete it to list again")
         length = int.from_bytes(mapped[8:16], "little")
         head = json.loads(mapped[16:16 + length])
         n, at = head["files"], 16 + length

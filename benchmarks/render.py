@@ -134,6 +134,8 @@ def headline(data: dict) -> tuple[list[tuple], dict[str, tuple[float, float | No
         rows += lines_targets(data["lines"][1])
     if "webdataset" in data:
         rows += webdataset_targets(data["webdataset"][1])
+    if "files_api" in data:
+        rows += files_api_targets(one(data["files_api"][1], "summary"))
     if "stalls" in data:
         s = one(data["stalls"][1], "summary")
         ratio = s["stalls_over_no_stalls_worst"]
@@ -308,6 +310,24 @@ def webdataset_targets(rec: list[dict]) -> list[tuple]:
                          s["air_ray_second_rows_s"], f"read_webdataset {fmt(s['ray_second_rows_s'])}",
                          s["air_ray_second_vs_ray"], "", None))
     return rows
+
+
+def files_api_targets(s: dict) -> list[tuple]:
+    """The Files API issue's target rows: files/s beside the SDK's download patterns (no target), bytes requested
+    across 2 ranks, a second epoch's requests."""
+    f = s["files_s"]
+    return [
+        ("#24 files-api", "files mode, first epoch, files/s (listing included)", f["ours"],
+         f"one files.download a file {fmt(f['mosaic'])}", s["ours_vs_mosaic"], "", None),
+        ("#24 files-api", "files mode, first epoch, files/s (listing included)", f["ours"],
+         f"64 threads of files.download {fmt(f['pool'])}", s["ours_vs_pool"], "", None),
+        ("#24 files-api", "Parquet, 2 ranks, bytes requested ÷ needed", s["parquet_bytes_ratio"], "", None, "≤ 1.05",
+         s["parquet_bytes_ratio"] <= 1.05),
+        ("#24 files-api", "pack, 2 ranks, bytes requested ÷ needed", s["pack_bytes_ratio"], "", None, "≤ 1.05",
+         s["pack_bytes_ratio"] <= 1.05),
+        ("#24 files-api", "second epoch, requests (files, Parquet, pack)", sum(s["second_epoch_requests"]), "", None,
+         "0", s["second_ok"]),
+    ]
 
 
 WEBDATASET_SYSTEMS = [

@@ -407,3 +407,120 @@ def test_files_api_forced_without_credentials_says_what_to_set(files_api, monkey
     monkeypatch.delenv("DATABRICKS_TOKEN")
     with pytest.raises(OptionError, match="AIR_VOLUMES_TRANSPORT=files-api.*set DATABRICKS_HOST and DATABRICKS_TOKEN"):
         air_core.FileStream(files_api.path("d"))
+
+
+
+# --- a full cache, and one key per file -------------------------------------------------------------------
+
+
+@pytest.fixture
+def full_cache(monkeypatch):
+    """A node cache that admits nothing more, as when it holds its limit."""
+    monkeypatch.setattr(air_core.Cache, "_reserve", lambda self, nbytes: nbytes <= 0)
+
+
+def test_a_pack_past_a_full_cache_streams_its_index_and_offsets(files_api, monkeypatch, request):
+    v = files_api
+    loose = sorted(v.local(p[len(v.vol) + 1:]).read_bytes() for p in v.files("d", 30, size=lambda i: 1000 + i))
+    with monkeypatch.context() as m:
+        m.setenv("AIR_VOLUMES_TRANSPORT", "fuse")
+        m.setenv("AIR_VOLUMES_ROOT", str(v.root))
+        air_core.pack(v.path("d"), v.path("packed"), shard_size=20_000, row_group_size=5_000)
+    request.getfixturevalue("full_cache")
+    assert sorted(f.read_bytes() for f in air_core.FileStream(v.path("packed"))) == loose
+
+
+def test_a_checkpoint_past_a_full_cache_is_read_from_the_api(files_api, request):
+    torch = pytest.importorskip("torch")
+    import torch.distributed.checkpoint as dcp
+
+    from air_core.torch import UCVolumeReader, UCVolumeWriter
+
+    path = files_api.path("ckpt/latest")
+    dcp.save({"w": torch.arange(5.0)}, storage_writer=UCVolumeWriter(path))
+    request.getfixturevalue("full_cache")
+    files_api.server.clear_trace()
+    target = {"w": torch.zeros(5)}
+    dcp.load(target, storage_reader=UCVolumeReader(path))
+    assert target["w"].tolist() == [0.0, 1.0, 2.0, 3.0, 4.0]
+    assert {r.path.rsplit("/", 1)[1] for r in _data_requests(files_api.server)} == {".metadata", "__0_0.distcp"}
+
+
+def test_one_key_per_file_whether_listed_or_stat_ed(files_api):
+    v = files_api
+    v.write("d/a.bin", b"a" * 1000)
+    os.utime(v.local("d/a.bin"), ns=(1_700_000_000_123_456_789,) * 2)  # milliseconds a listing has, HEAD not
+    [(_, size, listed)], _ = transport.entries(v.path("d"))
+    assert transport.stat(v.path("d/a.bin")) == (size, listed) == (1000, 1_700_000_000 * 10**9)
+    [f] = air_core.FileStream(v.path("d"))  # keyed by the listing ...
+    assert air_core.Cache().lookup(f.path, *transport.stat(v.path("d/a.bin"))) == f.local_path  # ... found by HEAD
+
+
+def _parquet_tree(v, files: int = 4, rows: int = 40_000, row_group_size: int = 5_000) -> int:
+    """`files` Parquet files of `rows` rows under t/, ids 0.. in order; returns their bytes in all."""
+    for k in range(files):
+        ids = list(range(k * rows, (k + 1) * rows))
+        table = pa.table({"id": ids, "x": [float(i) for i in ids], "s": [f"row {i}" * 3 for i in ids]})
+        v.local("t").mkdir(exist_ok=True)
+        pq.write_table(table, v.local(f"t/p{k}.parquet"), row_group_size=row_group_size)
+    return sum(v.local(f"t/p{k}.parquet").stat().st_size for k in range(files))
+
+
+def test_parquet_ranks_request_only_their_row_groups(files_api):
+    v, s = files_api, files_api.server
+    total = _parquet_tree(v, files=3)  # 3 files, 2 ranks: the ranks split p1's row groups
+    s.clear_trace()
+    streams = [air_core.RowStream(v.path("t"), rank=k, world_size=2) for k in range(2)]
+    ids = sorted(r["id"] for st in streams for r in st)
+    assert ids == list(range(120_000))
+    sent = sum(r.sent for r in _data_requests(s))  # planning included: a footer is read as the last 64 KiB
+    assert sent <= 1.05 * (total + 3 * (64 << 10))  # across ranks, about each byte once (p1 whole twice: 1.3x)
+    split = [r for r in _data_requests(s) if r.path.endswith("p1.parquet")]
+    assert len(split) > 2 and not any(r.range.startswith("bytes=0-") for r in split)  # its row groups' ranges
+    tails = [r.path for r in _data_requests(s) if r.sent == 64 << 10]
+    assert sorted(tails) == [v.path(f"t/p{k}.parquet") for k in range(3)]  # a footer once a node, planning and read
+    s.clear_trace()
+    for st in streams:
+        st.set_epoch(1)
+        assert sum(1 for _ in st) == 60_000
+    assert s.trace == []  # a second epoch: every range from the node cache
+
+
+def test_parquet_ranges_past_a_full_cache(files_api, request):
+    v, s = files_api, files_api.server
+    total = _parquet_tree(v, files=3)
+    request.getfixturevalue("full_cache")
+    streams = [air_core.RowStream(v.path("t"), rank=k, world_size=2) for k in range(2)]
+    s.clear_trace()
+    assert sorted(r["id"] for st in streams for r in st) == list(range(120_000))
+    # Each rank its own ranges, in memory: the tail and the row group the ranks split are fetched twice.
+    assert sum(r.sent for r in _data_requests(s)) <= 1.1 * total
+
+
+# --- Ray -------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_ray_reads_over_files_api_with_credentials_in_the_runtime_env(files_api, ray_cluster):
+    import hashlib
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    v, s = files_api, files_api.server
+    paths = v.files("imgs", 12)
+    _parquet_tree(v, files=2, rows=4_000, row_group_size=1_000)
+    env = {k: val for k, val in os.environ.items() if k != "AIR_VOLUMES_ROOT"}
+    env["RAY_ADDRESS"] = ray_cluster.get_runtime_context().gcs_address
+    proc = subprocess.run([sys.executable, str(Path(__file__).parent / "scripts" / "ray_files_api.py"), v.path("imgs"),
+                           v.path("t")], env=env, capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    want = {p: hashlib.sha256(v.local(p[len(v.vol) + 1:]).read_bytes()).hexdigest() for p in paths}
+    assert out["files"] == [want, want]
+    assert out["parquet"] == [list(range(8_000))] * 2
+    assert not out["token_pickled"]
+    served = {r.path for r in _data_requests(s)}
+    assert set(paths) <= served and v.path("t/p0.parquet") in served  # the workers read through the server
+    assert len([r for r in _data_requests(s) if r.path in paths]) == len(paths)  # once: the second from the cache

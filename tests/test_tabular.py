@@ -60,3 +60,26 @@ def test_parquet_pieces_carry_only_their_files():
     assert files == [7, 3]
     assert local == [RowSlice(RowGroup(0, 0, 100, 1000), 50, 100), RowGroup(1, 1, 100, 1000), RowGroup(0, 1, 10, 10)]
     assert piece_bytes(local[0]) == 500 and piece_bytes(b) == 1000
+
+
+def test_a_share_of_a_files_row_groups_fetches_their_ranges_and_a_whole_share_the_file(volume, tmp_path):
+    path = volume.local("t/a.parquet")
+    path.parent.mkdir(parents=True)
+    ids = list(range(100_000))
+    pq.write_table(pa.table({"id": ids, "s": [f"row {i}" for i in ids]}), path, row_group_size=10_000)
+    size = path.stat().st_size
+    manifest = list_folder(volume.path("t"))
+    units = parquet_units(manifest)
+    assert len(units) == 10 and all(0 < u.start < u.stop < size for u in units)
+
+    half = Cache(str(tmp_path / "half"))
+    rows = [r for t in read_units(manifest, units[3:7], half) for r in t.column("id").to_pylist()]
+    assert rows == ids[30_000:70_000]
+    needed = sum(u.stop - u.start for u in units[3:7])
+    assert half.stats.bytes_fetched == needed + (64 << 10)  # their column chunks and the footer's tail
+    assert half.stats.misses == 5
+
+    whole = Cache(str(tmp_path / "whole"))
+    assert sum(t.num_rows for t in read_units(manifest, units, whole)) == 100_000
+    assert whole.stats.bytes_fetched == size and whole.stats.misses == 1  # one whole-file copy, as before
+    assert whole.lookup(manifest.volume_path(0), size, int(manifest.mtimes[0])) is not None

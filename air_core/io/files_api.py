@@ -96,7 +96,7 @@ class FilesApi:
                 if e.get("is_directory"):
                     folders.append(e["name"])
                 else:
-                    files.append((e["name"], int(e.get("file_size") or 0), int(e.get("last_modified") or 0) * 10**6))
+                    files.append((e["name"], int(e.get("file_size") or 0), _listed_mtime_ns(e.get("last_modified"))))
             token = page.get("next_page_token")
             if not token:
                 return files, folders
@@ -117,8 +117,8 @@ class FilesApi:
     def stat(self, path: str) -> tuple[int, int]:
         """A file's (size, mtime in ns); `FileNotFoundError` if there is none.
 
-        The service's `Last-Modified` has whole seconds, a listing's milliseconds: a file stat'ed and
-        the same file listed have different keys in the cache, each consistent with itself.
+        The mtime has whole seconds, as `Last-Modified` gives it, and as `list` gives it too (see
+        `_listed_mtime_ns`), so a file has one key in the node cache whichever of the two found it.
         """
         r = self._request("HEAD", FILES, path)
         return int(r.headers["Content-Length"]), _mtime_ns(r.headers.get("Last-Modified"))
@@ -331,6 +331,17 @@ def _retry_after(value: str | None) -> float | None:
     except ValueError:
         when = email.utils.parsedate_to_datetime(value)
         return max(0.0, when.timestamp() - time.time()) if when else None
+
+
+def _listed_mtime_ns(millis: int | None) -> int:
+    """A listing's mtime (milliseconds) cut to whole seconds, in ns.
+
+    `HEAD`'s `Last-Modified` has whole seconds only; the node cache keys a copy by (path, size, mtime), so
+    a file listed (a stream) and the same file stat'ed (a pointer, a checkpoint, an index) must give the
+    same mtime, or the same bytes are fetched and held twice. A rewrite of a file in the same second with
+    the same length keeps its key, as it would have under `If-Unmodified-Since`'s whole seconds anyway.
+    """
+    return int(millis or 0) // 1000 * 10**9
 
 
 def _mtime_ns(value: str | None) -> int:

@@ -81,21 +81,25 @@ def index(generation: Generation, cache_dir: str | None) -> Manifest:
 
     Read through the node cache: every process of the node maps one local copy.
     """
-    m = Manifest.load(_cached(generation, INDEX, cache_dir))
+    m = Manifest.from_buffer(_cached(generation, INDEX, cache_dir), f"{generation.path}/{INDEX}")
     # The same files as the loose folder, but planned by row group: a state saved over one must not resume the other.
     fingerprint = hashlib.sha256(f"pack\n{generation.path}\n{m.fingerprint}".encode()).hexdigest()[:32]
     return Manifest(m.root, m._blob, m._offsets, m.sizes, m.mtimes, fingerprint)
 
 
-def _cached(generation: Generation, name: str, cache_dir: str | None) -> str:
-    """A local copy of the generation's file `name`, through the node cache."""
+def _cached(generation: Generation, name: str, cache_dir: str | None) -> mmap.mmap | bytes:
+    """The generation's file `name`: its copy in the node cache, mapped; past a full cache the file itself,
+    mapped from the mount (FUSE) or read into memory (the Files API, where no local file stands for it)."""
     vpath, local = f"{generation.path}/{name}", f"{volume.parse(generation.path).local}/{name}"
     try:
         size, mtime_ns = transport.stat(local)
     except FileNotFoundError:
         raise VolumePathError(f"{vpath} is missing: the pack is incomplete or was changed by hand; "
                               "pack the source again") from None
-    return Cache(cache_dir).get(local, vpath, size, mtime_ns) or local
+    copy = Cache(cache_dir).get(local, vpath, size, mtime_ns)
+    if copy is None and transport.remote() is not None:
+        return read_bytes(local, vpath, size, mtime_ns)
+    return _mapped(copy or local)
 
 
 def units(generation: Generation) -> list[RowGroup]:
@@ -123,7 +127,7 @@ def offsets(generation: Generation, cache_dir: str | None) -> np.ndarray:
 
     Mapped, so a node's processes share its pages.
     """
-    return np.memmap(_cached(generation, OFFSETS, cache_dir), dtype="<i8", mode="r")
+    return np.frombuffer(_cached(generation, OFFSETS, cache_dir), dtype="<i8")
 
 
 def placement(row_groups: Sequence[RowGroup], starts: np.ndarray, sizes: np.ndarray) -> Placement:

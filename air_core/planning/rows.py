@@ -17,12 +17,16 @@ from .shares import epoch_order
 
 @dataclass(frozen=True)
 class RowGroup:
-    """One row group: `file` is its manifest index."""
+    """One row group: `file` is its manifest index, `nbytes` its uncompressed size; `start` and `stop`
+    where its column chunks lie in the file (bytes [start, stop)), where a reader fetches it by range
+    (Parquet; 0, 0 where none does)."""
 
     file: int
     row_group: int
     num_rows: int
     nbytes: int
+    start: int = 0
+    stop: int = 0
 
 
 @dataclass(frozen=True)

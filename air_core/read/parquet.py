@@ -37,7 +37,8 @@ class ParquetReader(RowGroupPieces, TableReader):
         """Every row group of every file, in order (footers read once per process)."""
         from . import parquet_io
 
-        return self.source.held("units", lambda: parquet_io.parquet_units(self.source.manifest))
+        return self.source.held("units", lambda: parquet_io.parquet_units(self.source.manifest,
+                                                                          cache=self._footer_cache()))
 
     def validate(self) -> None:
         if not sum(u.num_rows for u in self.units()):
@@ -52,7 +53,13 @@ class ParquetReader(RowGroupPieces, TableReader):
         from . import parquet_io
 
         given = self.source.options.get("schema")
-        return given or self.source.held("schema", lambda: parquet_io.schema(self.source.manifest, self.units()))
+        return given or self.source.held("schema", lambda: parquet_io.schema(self.source.manifest, self.units(),
+                                                                             self._footer_cache()))
+
+    def _footer_cache(self) -> Cache:
+        from ..io.cache import Cache
+
+        return Cache(self.source.cache_dir)
 
     def read_pieces(self, pieces: Sequence[RowGroup | RowSlice], cache: Cache, *, columns: Sequence[str] | None,
                     fetch_threads: int, epoch: int = 0, seed: int = 0, shuffle: bool = False,

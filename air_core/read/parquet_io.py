@@ -1,13 +1,25 @@
 """Parquet trees as units of work: row groups, and exact row ranges inside them.
 
-Footers are read concurrently straight from the volume (one small read per
-file; over the Files API one ranged request for a file's last 64 KiB); the data itself is fetched through the node cache when a unit is read.
+Footers are read concurrently: over FUSE straight from the volume (one small
+read per file), over the Files API as one ranged request for a file's last
+64 KiB, kept in the node cache. The data itself is fetched through the node
+cache when a unit is read.
 Hive partition folders (`split=train/`) become real columns, since their
 values live only in the paths.
+
+A stream that reads every row group of a file fetches it whole (over FUSE
+one `sendfile`, or 16 MiB ranges at once for a large file). One that reads
+only some of them, a rank's share of a file that ranks split, fetches only
+their byte ranges (each row group's column chunks, known from the footer
+when the tree was planned) and the file's last 64 KiB for its footer, each
+a node cache entry of its own: across ranks a file's bytes are fetched
+about once, not once per rank.
 """
 
 from __future__ import annotations
 
+import io
+import mmap
 from collections import OrderedDict
 from typing import Iterable, Iterator, Sequence
 from urllib.parse import unquote
@@ -17,15 +29,17 @@ import pyarrow.parquet as pq
 
 from .. import volume
 from ..io import transport
-from ..io.cache import Cache
+from ..io.cache import Cache, read_bytes
 from ..io.files_api import RemoteFile
 from ..errors import ParquetError
-from ..io.fetch import ordered_map
+from ..io.fetch import ordered_map, retrying
 from ..manifest import Manifest
 from ..planning.rows import RowGroup, RowSlice, unit_of
-from ..io.files import CachedFile, read_items
+from ..io.files import CachedFile
 
 FOOTER_THREADS = 32
+# What is fetched for a footer read by range: as much as `RemoteFile` fetches for one (most footers fit).
+FOOTER_TAIL = RemoteFile.TAIL
 _OPEN_FILES = 8
 
 
@@ -39,8 +53,13 @@ def partition_values(rel_path: str) -> dict[str, str]:
     return out
 
 
-def parquet_units(manifest: Manifest, *, threads: int = FOOTER_THREADS) -> list[RowGroup]:
+def parquet_units(manifest: Manifest, *, threads: int = FOOTER_THREADS,
+                  cache: Cache | None = None) -> list[RowGroup]:
     """Every row group of every file, in manifest order; footers read concurrently.
+
+    `cache`: over the Files API, each footer is read from the file's last `FOOTER_TAIL` bytes kept in this
+    node cache, the entry that a ranged read of the file uses later: a node's ranks and passes ask for it
+    once, not each of them once for planning and again for reading.
 
     Raises `ParquetError` when a file is unreadable, or when the files do not
     share one schema: readers would otherwise fail mid-pass, or mix types.
@@ -49,15 +68,15 @@ def parquet_units(manifest: Manifest, *, threads: int = FOOTER_THREADS) -> list[
 
     def footer(i: int) -> tuple[dict[str, str], list[RowGroup]]:
         try:
-            md = pq.read_metadata(_input(manifest, local_root, i))
+            md = pq.read_metadata(_input(manifest, local_root, i, cache))
             columns = _column_types(md.schema.to_arrow_schema())
         except (pa.ArrowException, OSError) as e:
             raise ParquetError(
                 f"{manifest.volume_path(i)} is not a readable Parquet file ({e}); remove or replace it, "
                 "or leave it out with exclude="
             ) from e
-        return columns, [RowGroup(i, g, md.row_group(g).num_rows, md.row_group(g).total_byte_size)
-                         for g in range(md.num_row_groups)]
+        return columns, [RowGroup(i, g, md.row_group(g).num_rows, md.row_group(g).total_byte_size,
+                                  *_byte_range(md.row_group(g))) for g in range(md.num_row_groups)]
 
     footers = ordered_map(footer, ((i, 0) for i in range(len(manifest))), threads=threads,
                           max_ahead=4 * threads, max_bytes=1 << 62)
@@ -76,12 +95,28 @@ def parquet_units(manifest: Manifest, *, threads: int = FOOTER_THREADS) -> list[
     return units
 
 
-def _input(manifest: Manifest, local_root: str, i: int):
-    """What a footer is read from: the file's local path, or over the Files API a file of ranged requests."""
+def _byte_range(rg: pq.RowGroupMetaData) -> tuple[int, int]:
+    """Where a row group's column chunks lie in its file: [first chunk's first page, last chunk's end)."""
+    spans = []
+    for c in range(rg.num_columns):
+        chunk = rg.column(c)
+        first = chunk.dictionary_page_offset if chunk.has_dictionary_page else chunk.data_page_offset
+        spans.append((first, first + chunk.total_compressed_size))
+    return (min(a for a, _ in spans), max(b for _, b in spans)) if spans else (0, 0)
+
+
+def _input(manifest: Manifest, local_root: str, i: int, cache: Cache | None):
+    """What a footer is read from: the file's local path, or over the Files API its tail in the node cache
+    (`cache`; a file of ranged requests without one, or for a footer longer than the tail)."""
     api = transport.remote()
     if api is None:
         return f"{local_root}/{manifest.paths[i]}"
-    return RemoteFile(api, manifest.volume_path(i), int(manifest.sizes[i]), int(manifest.mtimes[i]))
+    size = int(manifest.sizes[i])
+    if cache is not None and size >= 8:
+        tail = _fetch_range(manifest, cache, (i, max(0, size - FOOTER_TAIL), size), local_root).read_bytes()
+        if int.from_bytes(tail[-8:-4], "little") + 8 <= len(tail):
+            return pa.BufferReader(tail)
+    return RemoteFile(api, manifest.volume_path(i), size, int(manifest.mtimes[i]))
 
 
 def _column_types(schema: pa.Schema) -> dict[str, str]:
@@ -97,12 +132,13 @@ def _difference(these: dict[str, str], those: dict[str, str]) -> str:
     return "; ".join(out)
 
 
-def schema(manifest: Manifest, units: Sequence[RowGroup]) -> pa.Schema:
-    """The table schema of the first file, with partition columns appended as strings."""
+def schema(manifest: Manifest, units: Sequence[RowGroup], cache: Cache | None = None) -> pa.Schema:
+    """The table schema of the first file, with partition columns appended as strings (`cache`: as in
+    `parquet_units`)."""
     i = units[0].file if units else 0
     first = manifest.paths[i]
     try:
-        s = pq.read_schema(_input(manifest, volume.parse(manifest.root).local, i))
+        s = pq.read_schema(_input(manifest, volume.parse(manifest.root).local, i, cache))
     except (pa.ArrowException, OSError) as e:
         raise ParquetError(f"{manifest.root}/{first} is not a readable Parquet file ({e})") from e
     for key in partition_values(first):
@@ -124,31 +160,48 @@ def read_units(
 ) -> Iterator[pa.Table]:
     """One table per piece, in order, with hive partition columns appended.
 
-    Files are fetched into the node cache ahead of the consumer; a file the
-    full cache did not admit is read from memory. `local_root`: as in `read_items`.
+    Files, or the byte ranges of their row groups that `pieces` read (see the
+    module docs), are fetched into the node cache ahead of the consumer; what
+    the full cache did not admit is read from memory. `local_root`: as in `read_items`.
     """
     pieces = list(pieces)
     units = [unit_of(p) for p in pieces]
-    last = {u.file: k for k, u in enumerate(units)}  # a file leaves memory after its last piece
-    fetched = read_items(manifest, list(last), cache, fetch_threads=fetch_threads, prefetch=prefetch,
-                         prefetch_bytes=prefetch_bytes, local_root=local_root)
-    ready: dict[int, CachedFile] = {}
+    ranged = ranged_files(units, manifest.sizes)
+    wants = [_ranges(u, int(manifest.sizes[u.file]), u.file in ranged) for u in units]
+    last = {r: k for k, rs in enumerate(wants) for r in rs}  # a range leaves memory after its last piece
+    fetched = _read_ranges(manifest, list(last), cache, fetch_threads=fetch_threads, prefetch=prefetch,
+                           prefetch_bytes=prefetch_bytes, local_root=local_root or volume.parse(manifest.root).local)
+    ready: dict[Range, CachedFile] = {}
+    footers: dict[int, pq.FileMetaData] = {}
     open_files: OrderedDict[int, pq.ParquetFile] = OrderedDict()
-    for k, (piece, unit) in enumerate(zip(pieces, units)):
-        while unit.file not in ready:
-            f = next(fetched)
-            ready[f.index] = f
-        pf = open_files.get(unit.file)
-        if pf is None:
-            pf = _open(ready[unit.file])
-            open_files[unit.file] = pf
-            if len(open_files) > _OPEN_FILES:
-                open_files.popitem(last=False)[1].close()
-        open_files.move_to_end(unit.file)
-        table = pf.read_row_group(unit.row_group, columns=list(columns) if columns is not None else None)
-        if last[unit.file] == k:
-            del ready[unit.file]
-            open_files.pop(unit.file).close()
+    for k, (piece, unit, rs) in enumerate(zip(pieces, units, wants)):
+        for r in rs:
+            while r not in ready:
+                got, f = next(fetched)
+                ready[got] = f
+        cols = list(columns) if columns is not None else None
+        if unit.file in ranged:
+            tail, data = ready[rs[0]], ready[rs[1]]
+            if unit.file not in footers:
+                footers[unit.file] = _footer(manifest, cache, tail, local_root)
+            table = _read_ranged(manifest, unit, footers[unit.file], [(rs[0][1], tail), (unit.start, data)],
+                                 cols, local_root)
+        else:
+            pf = open_files.get(unit.file)
+            if pf is None:
+                pf = _open(ready[rs[0]])
+                open_files[unit.file] = pf
+                if len(open_files) > _OPEN_FILES:
+                    open_files.popitem(last=False)[1].close()
+            open_files.move_to_end(unit.file)
+            table = pf.read_row_group(unit.row_group, columns=cols)
+        for r in rs:
+            if last[r] == k:
+                del ready[r]
+                if r == rs[0]:
+                    footers.pop(unit.file, None)
+                    if unit.file in open_files:
+                        open_files.pop(unit.file).close()
         if isinstance(piece, RowSlice):
             table = table.slice(piece.start, piece.num_rows)
         for key, value in partition_values(manifest.paths[unit.file]).items():
@@ -157,6 +210,140 @@ def read_units(
         yield table
     for pf in open_files.values():
         pf.close()
+
+
+Range = tuple[int, int, int]  # (file, start, stop)
+
+
+def ranged_files(units: Sequence[RowGroup], sizes) -> set[int]:
+    """The files that `units` read by row-group ranges rather than whole. Pure.
+
+    A file is fetched whole when the row groups it is read for hold all of it but its footer (the ranges
+    would skip no more than the last `FOOTER_TAIL` bytes fetched for the footer anyway), or when a row
+    group's range is not known.
+    """
+    needed: dict[int, dict[int, int]] = {}
+    known: dict[int, bool] = {}
+    for u in units:
+        needed.setdefault(u.file, {})[u.row_group] = u.stop - u.start
+        known[u.file] = known.get(u.file, True) and u.stop > u.start
+    return {f for f, groups in needed.items() if known[f] and int(sizes[f]) - sum(groups.values()) > FOOTER_TAIL}
+
+
+def _ranges(unit: RowGroup, size: int, ranged: bool) -> list[Range]:
+    """What a row group's read needs fetched: its file, or the file's tail (its footer) and its own bytes."""
+    if not ranged:
+        return [(unit.file, 0, size)]
+    return [(unit.file, max(0, size - FOOTER_TAIL), size), (unit.file, unit.start, unit.stop)]
+
+
+def _read_ranges(manifest: Manifest, ranges: Sequence[Range], cache: Cache, *, fetch_threads: int, prefetch: int,
+                 prefetch_bytes: int, local_root: str) -> Iterator[tuple[Range, CachedFile]]:
+    """(range, its copy) for each of `ranges`, in order, fetched through the node cache ahead of the consumer:
+    `local_path` holds the range's bytes from its offset 0 (past a full cache, `data` does)."""
+
+    def fetch(r: Range) -> tuple[Range, CachedFile]:
+        return r, _fetch_range(manifest, cache, r, local_root)
+
+    def hit(r: Range) -> tuple[Range, CachedFile] | None:
+        k, start, stop = r
+        size = int(manifest.sizes[k])
+        span = None if (start, stop) == (0, size) else (start, stop)
+        entry = cache.lookup(manifest.volume_path(k), size, int(manifest.mtimes[k]), span)
+        return None if entry is None else (r, CachedFile(manifest.volume_path(k), entry, stop - start, k))
+
+    return ordered_map(fetch, ((r, r[2] - r[1]) for r in ranges), threads=fetch_threads, max_ahead=prefetch,
+                       max_bytes=prefetch_bytes, quick=hit)
+
+
+def _fetch_range(manifest: Manifest, cache: Cache, r: Range, local_root: str | None) -> CachedFile:
+    k, start, stop = r
+    size, mtime = int(manifest.sizes[k]), int(manifest.mtimes[k])
+    vpath = manifest.volume_path(k)
+    src = f"{local_root or volume.parse(manifest.root).local}/{manifest.paths[k]}"
+    span = None if (start, stop) == (0, size) else (start, stop)
+
+    def once() -> CachedFile:
+        entry = cache.get(src, vpath, size, mtime, span)
+        if entry is not None:
+            return CachedFile(vpath, entry, stop - start, k)
+        return CachedFile(vpath, src, stop - start, k, cached=False, data=read_bytes(src, vpath, size, mtime, span))
+
+    return retrying(once, vpath if span is None else f"{vpath} (bytes {start}-{stop})")
+
+
+def _footer(manifest: Manifest, cache: Cache, tail: CachedFile, local_root: str | None) -> pq.FileMetaData:
+    """A file's footer, from its cached tail (or, for a footer longer than the tail, its own range)."""
+    k = tail.index
+    data = tail.read_bytes()
+    length = int.from_bytes(data[-8:-4], "little") + 8
+    size = int(manifest.sizes[k])
+    if length > len(data) and length <= size:
+        data = _fetch_range(manifest, cache, (k, size - length, size), local_root).read_bytes()
+    try:
+        return pq.read_metadata(pa.BufferReader(data))
+    except (pa.ArrowException, OSError) as e:
+        raise ParquetError(f"{tail.path} is not a readable Parquet file ({e})") from e
+
+
+def _read_ranged(manifest: Manifest, unit: RowGroup, footer: pq.FileMetaData, parts: list[tuple[int, CachedFile]],
+                 columns: list[str] | None, local_root: str | None) -> pa.Table:
+    """Row group `unit` of its file, read from the cached ranges `parts` ((offset in the file, its copy))."""
+    k = unit.file
+    size, mtime = int(manifest.sizes[k]), int(manifest.mtimes[k])
+    vpath = manifest.volume_path(k)
+    src = f"{local_root or volume.parse(manifest.root).local}/{manifest.paths[k]}"
+    file = _Ranges(size, [(at, _bytes_of(f)) for at, f in parts],
+                   lambda a, b: read_bytes(src, vpath, size, mtime, (a, b)))
+    try:
+        return pq.ParquetFile(file, metadata=footer).read_row_group(unit.row_group, columns=columns)
+    except (pa.ArrowException, OSError) as e:
+        raise ParquetError(f"{vpath} is not a readable Parquet file ({e})") from e
+
+
+def _bytes_of(f: CachedFile):
+    if f.data is not None:
+        return f.data
+    if not f.size:
+        return b""
+    with open(f.local_path, "rb") as copy:
+        return mmap.mmap(copy.fileno(), 0, access=mmap.ACCESS_READ)
+
+
+class _Ranges(io.RawIOBase):
+    """A file of which only some byte ranges are at hand, for a Parquet reader given the footer: a read in
+    one of them is served from it; any other (a writer whose chunk offsets mislead) is asked of `fetch`."""
+
+    def __init__(self, size: int, parts: list[tuple[int, object]], fetch) -> None:
+        self.size, self.parts, self.fetch = size, parts, fetch
+        self._at = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._at
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        self._at = max(0, offset + (0, self._at, self.size)[whence])
+        return self._at
+
+    def readinto(self, buffer) -> int:
+        start, stop = self._at, min(self.size, self._at + len(buffer))
+        if stop <= start:
+            return 0
+        for at, data in self.parts:
+            if at <= start and stop <= at + len(data):
+                chunk = memoryview(data)[start - at:stop - at]
+                break
+        else:
+            chunk = memoryview(self.fetch(start, stop))
+        memoryview(buffer)[:len(chunk)] = chunk
+        self._at = stop
+        return len(chunk)
 
 
 def _open(f: CachedFile) -> pq.ParquetFile:

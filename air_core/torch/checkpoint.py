@@ -32,7 +32,7 @@ import os
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Generator
+from typing import Any, BinaryIO, Generator
 
 from torch.distributed.checkpoint.filesystem import FileSystemBase, FileSystemReader, FileSystemWriter
 from torch.distributed.checkpoint.planner import SavePlan
@@ -70,7 +70,7 @@ class _VolumeFileSystem(FileSystemBase):
     def create_stream(self, path: str | os.PathLike, mode: str) -> Generator[io.IOBase, None, None]:
         vp = volume.parse(path)
         if "r" in mode:
-            with open(self._cached(vp), mode) as f:
+            with self._open_cached(vp) as f:
                 yield f  # type: ignore[misc]
             return
         staging = os.path.join(self.cache.root, "staging")
@@ -83,10 +83,13 @@ class _VolumeFileSystem(FileSystemBase):
         finally:
             os.unlink(staged)
 
-    def _cached(self, vp: volume.VolumePath) -> str:
-        def fetch() -> str:
+    def _open_cached(self, vp: volume.VolumePath) -> BinaryIO:
+        """The file open for reading: its copy in the node cache, or past a full cache the volume's file
+        (over the Files API, one whose reads are ranged requests)."""
+        def fetch() -> BinaryIO:
             size, mtime_ns = transport.stat(vp.local)
-            return self.cache.get(vp.local, vp.path, size, mtime_ns) or vp.local
+            copy = self.cache.get(vp.local, vp.path, size, mtime_ns)
+            return open(copy, "rb") if copy is not None else transport.open_read(vp.local, size, mtime_ns)
 
         return retrying(fetch, vp.path)
 
