@@ -100,6 +100,24 @@ def drain(it):
         pass
 
 
+import pickle
+
+from air_core.torch.dataloader import _TagWithPosition
+
+tag = _TagWithPosition(sum, ours)
+batches = [list(range(k, k + 32)) for k in range(0, len(items), 32)]
+
+
+def tagged_batches():  # what a worker adds to each batch of 32 and what crosses to the consumer, per item
+    for b in batches:
+        pickle.loads(pickle.dumps(tag(b), protocol=pickle.HIGHEST_PROTOCOL))
+
+
+def plain_batches():
+    for b in batches:
+        pickle.loads(pickle.dumps(sum(b), protocol=pickle.HIGHEST_PROTOCOL))
+
+
 steps = {
     "decode rows (128 at a time)": lambda: [m.rows(c) for c in chunked(items)],
     "entry path (remembered)": lambda: [_entry_path(cache._objects, v, s, t, None) for v, s, t in rows],
@@ -109,6 +127,8 @@ steps = {
     "FileStream pass": lambda: drain(stream),
     "UCVolumeDataset pass": lambda: drain(ours),
     "reference UCVolumeDataset pass": lambda: drain(ref),
+    "batch of 32 collated and pickled across, untagged": plain_batches,
+    "the same with the resume position tagged on": tagged_batches,
 }
 print(json.dumps({"system": "warm item breakdown, us an item (least of 41 passes, one process)",
                   "files": len(items), **{k: per_item(f) for k, f in steps.items()}}))
