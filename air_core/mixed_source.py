@@ -33,7 +33,6 @@ from .source import Source, resolve_source
 
 # What a source of a mixture may say besides its weight: the selection of its folder's files.
 SOURCE_OPTIONS = ("path", "include", "exclude", "file_extensions", "mode")
-_EPOCHS_HELD = 2
 
 
 def resolve_sources(sources: Sequence[Mapping[str, Any]], *, epoch_size: int | None = None,
@@ -104,7 +103,7 @@ class MixedSource:
         # The plan depends on the listings and on each source's count alone, not on how the weights said it.
         described = json.dumps([[s.fingerprint for s in sources], self.counts])
         self.fingerprint = hashlib.sha256(described.encode()).hexdigest()[:16]
-        self._epochs: dict[tuple[int, int], mixture.Epoch] = {}
+        self._mixture: mixture.Mixture | None = None
 
     def __repr__(self) -> str:
         return f"MixedSource({self.path}, {self.kind}={self.weights}, fingerprint={self.fingerprint!r})"
@@ -120,15 +119,12 @@ class MixedSource:
                           "air_core.resolve_source(path).manifest")
 
     def epoch(self, epoch: int, seed: int) -> mixture.Epoch:
-        """The items of `epoch` (kept for the last few epochs asked: a pass plans, counts and reads one)."""
-        key = (epoch, seed)
-        if key not in self._epochs:
-            while len(self._epochs) >= _EPOCHS_HELD:
-                del self._epochs[next(iter(self._epochs))]
+        """The items of `epoch` (the planner, made on first use, keeps the last few and what all epochs share)."""
+        if self._mixture is None:
             manifests = [s.manifest for s in self.sources]
-            self._epochs[key] = mixture.Epoch([m.sizes for m in manifests], self.counts, epoch=epoch, seed=seed,
-                                              by_size=[m.largest_first for m in manifests])
-        return self._epochs[key]
+            self._mixture = mixture.Mixture([m.sizes for m in manifests], self.counts,
+                                            by_size=[m.largest_first for m in manifests])
+        return self._mixture.epoch(epoch, seed)
 
     @property
     def offsets(self) -> np.ndarray:
@@ -144,7 +140,7 @@ class MixedSource:
             yield s, at, items[at] - offsets[s]
 
     def __getstate__(self) -> dict:
-        return {**self.__dict__, "_epochs": {}}
+        return {**self.__dict__, "_mixture": None}
 
 
 class MixtureReader:
@@ -188,7 +184,7 @@ class MixtureReader:
         ep = self.mixed.epoch(epoch, seed)
         slots = resume.plan(ep.sizes, grid, resumed_from, epoch=epoch, seed=seed, shuffle=shuffle, balance=balance,
                             equalize=equalize, deal_order=ep.deal_order if balance == "bytes" else None)
-        return ep.items[np.asarray(slots, dtype=np.int64)].tolist()
+        return ep.items_at(np.asarray(slots, dtype=np.int64)).tolist()
 
     def rank_count(self, rank: int, world_size: int, *, epoch: int, seed: int, shuffle: bool, balance: str,
                    equalize: plan_mod.Equalize) -> int:

@@ -50,19 +50,14 @@ opts = dict(seed=1, shuffle=True, balance="bytes", equalize="pad")
 grid = Grid(5, 8, 3, 6)
 
 
-class Listings:
-    # What MixtureReader asks of a MixedSource to plan: an epoch's items (here without listings on disk).
-    def epoch(self, epoch, seed):
-        return mixture.Epoch(sizes, counts, epoch=epoch, seed=seed, by_size=by_size)
-
-
 def timed(f):
     wall, cpu = time.perf_counter(), time.process_time()
     out = f()
     return out, round(time.perf_counter() - wall, 3), round(time.process_time() - cpu, 3)
 
 
-reader = MixtureReader(Listings())
+# What a MixedSource plans with, made from its listings' sizes and orders (here synthetic, no listing on disk).
+reader = MixtureReader(mixture.Mixture(sizes, counts, by_size=by_size))
 out = {"system": "mixture.plan", "items": n, "sources": parts, "counts": counts, "grid": "8x6"}
 for epoch in (0, 1):
     items, out[f"plan_epoch{epoch}_s"], out[f"plan_epoch{epoch}_cpu_s"] = timed(
