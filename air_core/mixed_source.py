@@ -14,7 +14,6 @@ Mixtures read loose files (mode "files"); other modes are refused so far.
 from __future__ import annotations
 
 import hashlib
-import json
 from dataclasses import dataclass
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
@@ -88,8 +87,10 @@ class MixedSource:
         counts: the items each source gives every epoch.
         path, given: the sources' folders, for messages.
         mode: "files".
-        fingerprint: a digest of the sources' listings and counts: a state
-            saved over another mixture is refused.
+        fingerprint: the sources' listings' digests and their counts
+            (`mix:<digest>.<digest>...:<count>.<count>...`): a state saved over
+            another mixture is refused, saying which of them differ.
+        names: each source as messages name it.
     """
 
     mode = "files"
@@ -100,13 +101,34 @@ class MixedSource:
         sizes = [len(s.manifest) for s in sources]
         self.counts = mixture.source_counts(sizes, kind, weights, epoch_size=epoch_size, names=names)
         self.path = self.given = "[" + ", ".join(s.path for s in sources) + "]"
+        self.names = names
         # The plan depends on the listings and on each source's count alone, not on how the weights said it.
-        described = json.dumps([[s.fingerprint for s in sources], self.counts])
-        self.fingerprint = hashlib.sha256(described.encode()).hexdigest()[:16]
+        digests = ".".join(hashlib.sha256(s.fingerprint.encode()).hexdigest()[:12] for s in sources)
+        self.fingerprint = f"mix:{digests}:{'.'.join(map(str, self.counts))}"
         self._mixture: mixture.Mixture | None = None
 
     def __repr__(self) -> str:
         return f"MixedSource({self.path}, {self.kind}={self.weights}, fingerprint={self.fingerprint!r})"
+
+    def changed_since(self, saved: str) -> str:
+        """Why a state saved over the mixture `saved` (its fingerprint) does not resume over this one: the
+        sources whose files differ, or each source's items per epoch."""
+        parts = saved.split(":") if isinstance(saved, str) else []
+        if len(parts) != 3 or parts[0] != "mix":
+            return (f"the state was saved over another source (fingerprint {saved!r:.100}), not this mixture of "
+                    f"{self.path}: resume a mixture from a state of the same mixture")
+        saved_digests, saved_counts = parts[1].split("."), parts[2].split(".")
+        digests = self.fingerprint.split(":")[1].split(".")
+        if len(saved_digests) != len(digests):
+            return (f"the state was saved over a mixture of {len(saved_digests)} sources, this one has "
+                    f"{len(digests)} ({self.path}): resume with the sources it was saved with")
+        changed = [name for name, a, b in zip(self.names, saved_digests, digests) if a != b]
+        if changed:
+            return (f"{', '.join(changed)}: its files are not the ones the state was saved over (the folder changed "
+                    "since, or the source names another folder or selection); resume needs the same files")
+        return (f"the state was saved with {', '.join(saved_counts)} items per epoch from the sources, this "
+                f"mixture gives {', '.join(map(str, self.counts))} ({self.path}): its weights or epoch_size changed; "
+                "resume with the ones it was saved with")
 
     @property
     def reader(self) -> MixtureReader:
