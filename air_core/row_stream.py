@@ -10,7 +10,7 @@ run's state (`air_core.run_state`) resumes on any grid.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence
 
 from . import dist, options
 from .planning import resume
@@ -51,13 +51,16 @@ class RowStream(Stream):
             in `skipped` and in the state.
         schema, delimiter, sample_by: format options (as `resolve_source`).
         delta_table, delta_version: read a Delta table's export at `path` (as `resolve_source`).
+        sources: a mixture of tables is not read yet: refused with an `OptionError` (a mixture of
+            loose files: `FileStream(sources=...)`).
 
     """
 
     def __init__(
         self,
-        path: str | None,
+        path: str | None = None,
         *,
+        sources: Sequence[Mapping[str, Any]] | None = None,
         mode: str = "auto",
         include: str | Sequence[str] | None = None,
         exclude: str | Sequence[str] | None = None,
@@ -87,6 +90,11 @@ class RowStream(Stream):
         options.flag("verify", verify)
         options.whole("seed", seed, low=0)
         options.whole("fetch_threads", fetch_threads, low=1, optional=True)
+        if sources is not None:
+            raise OptionError("RowStream(sources=[...]): a mixture of tables' rows is not read yet; a mixture reads "
+                              "loose files, FileStream(sources=[...]): read each table with a RowStream of its own")
+        if path is None:
+            raise OptionError("give the volume folder of a table to read, path=")
         self._source = resolve_source(path, mode=mode, include=include, exclude=exclude,  # type: ignore[arg-type]
                                       file_extensions=file_extensions, cache_dir=cache_dir, schema=schema,
                                       delimiter=delimiter, sample_by=sample_by, delta_table=delta_table,

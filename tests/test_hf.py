@@ -462,3 +462,9 @@ def test_a_mixture_refuses_what_it_does_not_read_yet(volume, hf_cache):
     with pytest.raises(OptionError, match=r"sources\[0\] .*exactly one weight"):
         load_dataset("uc-volume", sources=[{"path": volume.path("chat")}], split="train", streaming=True,
                      cache_dir=hf_cache)
+    volume.write("rows/a.jsonl", '{"x": 1}\n')
+    with pytest.raises(OptionError, match=r"sources\[1\] \(.*rows\) is read in mode 'json': a mixture reads loose"):
+        load_dataset("uc-volume", sources=sources + [{"path": volume.path("rows"), "repeat": 1, "mode": "auto"}],
+                     split="train", streaming=True, cache_dir=hf_cache)
+    with pytest.raises(OptionError, match="mode='json': a mixture .* reads loose files so far"):
+        load_dataset("uc-volume", sources=sources, mode="json", split="train", streaming=True, cache_dir=hf_cache)

@@ -487,6 +487,11 @@ def test_a_mixture_through_read_uc_volume_gives_ranks_equal_shares(volume, ray_c
     assert sum(c for p, c in every.items() if "/safety/" in p) in (8, 9)
 
 
-def test_a_mixture_refuses_a_selection_beside_its_sources(volume):
+def test_a_mixture_refuses_a_selection_beside_its_sources_and_a_table_among_them(volume):
     with pytest.raises(OptionError, match="give include= there"):
         UCVolumeDatasource(sources=mixture(volume), include="*.bin")
+    with pytest.raises(OptionError, match="give mode= there"):
+        UCVolumeDatasource(sources=mixture(volume), mode="parquet")
+    write_table(volume, "table")
+    with pytest.raises(OptionError, match=r"sources\[2\] \(.*table\) is read in mode 'parquet': a mixture reads loose"):
+        read_uc_volume(sources=mixture(volume) + [{"path": volume.path("table"), "choose": 5, "mode": "auto"}])
