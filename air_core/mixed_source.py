@@ -8,7 +8,8 @@ listings end to end (an item is its position there), each epoch's items are
 `air_core.planning.mixture`'s, and they are dealt over ranks and workers,
 shuffled and resumed by the planners every stream uses.
 
-Mixtures read loose files (mode "files"); other modes are refused so far.
+`resolve_specs` and `Mixed` serve a mixture of tables' rows too
+(`air_core.mixed_table`).
 """
 
 from __future__ import annotations
@@ -45,6 +46,18 @@ def resolve_sources(sources: Sequence[Mapping[str, Any]], *, epoch_size: int | N
         VolumePathError, EmptyVolumeError: a source folder that is missing or empty
             (naming it), as for one folder.
     """
+    resolved, kind, weights, names = resolve_specs(sources, mode="files", cache_dir=cache_dir)
+    for source, name in zip(resolved, names):
+        if source.mode != "files":
+            raise OptionError(f"{name} is read in mode {source.mode!r}: a mixture reads loose files (mode 'files') "
+                              "here; give mode='files', or read its rows with RowStream(sources=[...])")
+    return MixedSource(resolved, kind, weights, epoch_size, names, [len(s.manifest) for s in resolved])
+
+
+def resolve_specs(sources: Sequence[Mapping[str, Any]], *, mode: str,
+                  cache_dir: str | None) -> tuple[list[Source], mixture.Weight, list[float], list[str]]:
+    """Each source of a mixture checked and resolved (`mode`: a source's mode when its dict names none):
+    (the sources, their kind of weight, their weights, their names for messages)."""
     if isinstance(sources, (str, Mapping)) or not isinstance(sources, Sequence) or not sources:
         raise OptionError(f"sources={sources!r:.200}: give a non-empty list of dicts, each with a 'path' and one of "
                           f"{mixture.WEIGHTS}, e.g. [{{'path': '/Volumes/c/s/v/chat', 'proportion': 0.6}}, ...]")
@@ -56,8 +69,8 @@ def resolve_sources(sources: Sequence[Mapping[str, Any]], *, epoch_size: int | N
             raise OptionError(f"{name}={spec!r:.200}: give a dict with the folder's 'path' (a str) and its weight")
         name = f"sources[{i}] ({spec['path']})"
         if "delta_table" in spec or "delta_version" in spec:
-            raise OptionError(f"{name}: a mixture reads loose files (mode 'files') so far; a Delta table's rows "
-                              "are not mixed yet")
+            raise OptionError(f"{name}: a Delta table is not read in a mixture yet; read it on its own, or mix "
+                              "the folders it was exported to")
         options.reject_unknown(spec, SOURCE_OPTIONS + mixture.WEIGHTS, what=f"a source of a mixture, {name}")
         given = [k for k in mixture.WEIGHTS if k in spec]
         if len(given) != 1:
@@ -67,48 +80,42 @@ def resolve_sources(sources: Sequence[Mapping[str, Any]], *, epoch_size: int | N
         if given[0] != kinds[0][0]:
             raise OptionError(f"{kinds[0][1]} has a {kinds[0][0]!r} but {name} a {given[0]!r}: give every source "
                               "of a mixture the same kind of weight")
-        source = resolve_source(spec["path"], mode=spec.get("mode", "files"), include=spec.get("include"),
-                                exclude=spec.get("exclude"), file_extensions=spec.get("file_extensions"),
-                                cache_dir=cache_dir)
-        if source.mode != "files":
-            raise OptionError(f"{name} is read in mode {source.mode!r}: a mixture reads loose files (mode 'files') "
-                              "so far; give mode='files', or read it on its own")
-        resolved.append(source)
+        resolved.append(resolve_source(spec["path"], mode=spec.get("mode", mode), include=spec.get("include"),
+                                       exclude=spec.get("exclude"), file_extensions=spec.get("file_extensions"),
+                                       cache_dir=cache_dir))
         weights.append(spec[given[0]])
-    return MixedSource(resolved, kinds[0][0], weights, epoch_size, [name for _, name in kinds])
+    return resolved, kinds[0][0], weights, [name for _, name in kinds]  # type: ignore[return-value]
 
 
-class MixedSource:
-    """Several sources read as one (make one with `resolve_sources`); it stands where a `Source` of loose files does.
+class Mixed:
+    """What every mixture holds, whatever it reads: its sources, weights, counts per epoch and fingerprint.
+
+    Args:
+        sizes: each source's items (files, or rows), which the weights are of.
 
     Attributes:
         sources: the resolved sources, in the order given.
         kind, weights, epoch_size: the mixture's weights, as given.
         counts: the items each source gives every epoch.
+        names: each source as messages name it.
         path, given: the sources' folders, for messages.
-        mode: "files".
         fingerprint: the sources' listings' digests and their counts
             (`mix:<digest>.<digest>...:<count>.<count>...`): a state saved over
             another mixture is refused, saying which of them differ.
-        names: each source as messages name it.
     """
 
-    mode = "files"
-
     def __init__(self, sources: list[Source], kind: mixture.Weight, weights: list[float], epoch_size: int | None,
-                 names: list[str]) -> None:
+                 names: list[str], sizes: list[int]) -> None:
         self.sources, self.kind, self.weights, self.epoch_size = sources, kind, weights, epoch_size
-        sizes = [len(s.manifest) for s in sources]
         self.counts = mixture.source_counts(sizes, kind, weights, epoch_size=epoch_size, names=names)
-        self.path = self.given = "[" + ", ".join(s.path for s in sources) + "]"
         self.names = names
+        self.path = self.given = "[" + ", ".join(s.path for s in sources) + "]"
         # The plan depends on the listings and on each source's count alone, not on how the weights said it.
         digests = ".".join(hashlib.sha256(s.fingerprint.encode()).hexdigest()[:12] for s in sources)
         self.fingerprint = f"mix:{digests}:{'.'.join(map(str, self.counts))}"
-        self._mixture: mixture.Mixture | None = None
 
     def __repr__(self) -> str:
-        return f"MixedSource({self.path}, {self.kind}={self.weights}, fingerprint={self.fingerprint!r})"
+        return f"{type(self).__name__}({self.path}, {self.kind}={self.weights}, fingerprint={self.fingerprint!r})"
 
     def changed_since(self, saved: str) -> str:
         """Why a state saved over the mixture `saved` (its fingerprint) does not resume over this one: the
@@ -129,6 +136,18 @@ class MixedSource:
         return (f"the state was saved with {', '.join(saved_counts)} items per epoch from the sources, this "
                 f"mixture gives {', '.join(map(str, self.counts))} ({self.path}): its weights or epoch_size changed; "
                 "resume with the ones it was saved with")
+
+
+class MixedSource(Mixed):
+    """Several folders of loose files read as one (make one with `resolve_sources`); it stands where a `Source`
+    of loose files does.
+
+    Attributes:
+        mode: "files".
+    """
+
+    mode = "files"
+    _mixture: mixture.Mixture | None = None  # the planner, made on first use (not pickled)
 
     @property
     def reader(self) -> MixtureReader:

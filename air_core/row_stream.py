@@ -20,7 +20,8 @@ from .grid import Grid
 from .read import ON_ERRORS, OnError, TableReader, default_fetch_threads
 from .read.row_groups import within
 from .planning.runs import Run, deal_bytes, deal_rows, remainder
-from .source import check_columns, resolve_source
+from .mixed_table import MixedTable, resolve_tables
+from .source import Source, check_columns, resolve_source
 from .streaming import Stream
 
 if TYPE_CHECKING:
@@ -51,8 +52,14 @@ class RowStream(Stream):
             in `skipped` and in the state.
         schema, delimiter, sample_by: format options (as `resolve_source`).
         delta_table, delta_version: read a Delta table's export at `path` (as `resolve_source`).
-        sources: a mixture of tables is not read yet: refused with an `OptionError` (a mixture of
-            loose files: `FileStream(sources=...)`).
+        sources: instead of `path`, a mixture of tables of one schema, each
+            source a dict with its folder's `path`, optionally its `include`,
+            `exclude`, `file_extensions` and `mode` ("parquet", "json", "csv",
+            "text"; default "auto"), and one weight, the same kind for every
+            source, of its rows: `proportion`, `repeat` or `choose` (as
+            `FileStream`'s). Each epoch holds exactly each source's count of
+            rows (see `air_core.mixed_table`), and resumes as one table does.
+        epoch_size: a mixture of proportions: rows per epoch (default: the sources' rows added up).
 
     """
 
@@ -61,6 +68,7 @@ class RowStream(Stream):
         path: str | None = None,
         *,
         sources: Sequence[Mapping[str, Any]] | None = None,
+        epoch_size: int | None = None,
         mode: str = "auto",
         include: str | Sequence[str] | None = None,
         exclude: str | Sequence[str] | None = None,
@@ -90,15 +98,26 @@ class RowStream(Stream):
         options.flag("verify", verify)
         options.whole("seed", seed, low=0)
         options.whole("fetch_threads", fetch_threads, low=1, optional=True)
-        if sources is not None:
-            raise OptionError("RowStream(sources=[...]): a mixture of tables' rows is not read yet; a mixture reads "
-                              "loose files, FileStream(sources=[...]): read each table with a RowStream of its own")
-        if path is None:
-            raise OptionError("give the volume folder of a table to read, path=")
-        self._source = resolve_source(path, mode=mode, include=include, exclude=exclude,  # type: ignore[arg-type]
-                                      file_extensions=file_extensions, cache_dir=cache_dir, schema=schema,
-                                      delimiter=delimiter, sample_by=sample_by, delta_table=delta_table,
-                                      delta_version=delta_version)
+        self._source: Source | MixedTable
+        if sources is None:
+            if path is None:
+                raise OptionError("give the volume folder of a table to read, path=, or several, sources=[...]")
+            if epoch_size is not None:
+                raise OptionError("epoch_size= sizes the epochs of a mixture: give sources=[...], or leave it unset")
+            self._source = resolve_source(path, mode=mode, include=include, exclude=exclude,  # type: ignore[arg-type]
+                                          file_extensions=file_extensions, cache_dir=cache_dir, schema=schema,
+                                          delimiter=delimiter, sample_by=sample_by, delta_table=delta_table,
+                                          delta_version=delta_version)
+        else:
+            beside = [name for name, v in (("path", path), ("include", include), ("exclude", exclude),
+                                           ("file_extensions", file_extensions), ("schema", schema),
+                                           ("delimiter", delimiter), ("sample_by", sample_by),
+                                           ("delta_table", delta_table), ("delta_version", delta_version))
+                      if v is not None] + (["mode"] if mode != "auto" else [])
+            if beside:
+                raise OptionError(f"sources= names each table's folder and its selection: give {beside[0]}= in each "
+                                  "source's dict, not beside sources=")
+            self._source = resolve_tables(sources, epoch_size=epoch_size, cache_dir=cache_dir)
         reader = self._source.reader
         if not isinstance(reader, TableReader):
             raise OptionError(f"RowStream reads a table's rows, but {self._source.given} is read in mode "

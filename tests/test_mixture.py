@@ -209,3 +209,17 @@ def test_numpy_numbers_are_weights_and_a_float_is_its_decimal_form():
 def test_an_empty_source_is_refused_by_name():
     with pytest.raises(OptionError, match="/Volumes/c/s/v/b holds no items"):
         mx.source_counts([10, 0], "repeat", [1, 1], names=["/Volumes/c/s/v/a", "/Volumes/c/s/v/b"])
+
+
+@given(st.lists(st.integers(0, 30), min_size=1, max_size=6).filter(any), st.integers(1, 200), st.integers(0, 5))
+@settings(max_examples=100, deadline=None)
+def test_a_tables_rows_per_epoch_are_exact_and_none_comes_twice_before_every_one_came(rows, k, seed):
+    seen = Counter()
+    for epoch in range(6):
+        ranges = mx.row_ranges(rows, k, seed=seed, epoch=epoch, source=2)
+        assert sum(b - a for _, a, b in ranges) == k and ranges == sorted(ranges)
+        assert all(0 <= a < b <= rows[u] for u, a, b in ranges)
+        seen.update((u, i) for u, a, b in ranges for i in range(a, b))
+        every = [seen[u, i] for u, n in enumerate(rows) for i in range(n)]
+        assert max(every) - min(every) <= 1
+    assert ranges == mx.row_ranges(list(rows), k, seed=seed, epoch=5, source=2)  # from (seed, epoch) alone

@@ -122,10 +122,6 @@ def test_bad_states_and_sources_are_refused(lines, volume):
     volume.write("f/a.bin", b"x")
     with pytest.raises(OptionError, match="RowStream reads a table's rows.*FileStream"):
         RowStream(volume.path("f"))
-    with pytest.raises(OptionError, match=r"a mixture of tables' rows is not read yet.*FileStream\(sources="):
-        RowStream(sources=[{"path": lines, "repeat": 1}])
-    with pytest.raises(OptionError, match="give the volume folder of a table to read, path="):
-        RowStream()
 
 
 def test_skipped_records_are_listed_and_a_resume_does_not_deliver_them(volume, monkeypatch):

@@ -137,25 +137,68 @@ def picks(n: int, k: int, *, seed: int, epoch: int, source: int) -> np.ndarray:
     return np.repeat(np.arange(n, dtype=np.int64), np.bincount(drawn, minlength=n) + whole)
 
 
-def _cycle_part(n: int, seed: int, source: int, cycle: int, lo: int, hi: int) -> np.ndarray:
-    """The items at positions [lo, hi) of the source's permutation `cycle`, in no particular order.
+def row_ranges(rows: Sequence[int], k: int, *, seed: int, epoch: int, source: int) -> list[tuple[int, int, int]]:
+    """The rows that a table source whose units (row groups, spans) hold `rows` rows each gives `epoch`, `k` in
+    all, as (unit, start, stop) ranges of its units' rows, in the units' order (a unit's repeats side by side).
 
-    The permutation sorts the items by the raw output of a PCG64 seeded by
-    (seed, source, cycle), whose stream NumPy keeps stable across versions, the
-    item in a key's low bits so the keys are distinct. Only which items lie in
-    [lo, hi) is needed: a partition finds them in one pass, no sort.
+    As `picks` does with items, over rows: every unit whole ⌊k/N⌋ times (N
+    rows in all), and the next k mod N rows of the source's walk over its
+    cycles of seeded permutations of its units, each unit's rows in order. A
+    unit the walk cuts gives the rest of its rows to the next epoch, so every
+    row is taken once before any is taken again.
     """
+    sizes = np.asarray(rows, dtype=np.int64)
+    total = int(sizes.sum())
+    whole, r = divmod(k, total)
+    out = [(u, 0, int(sizes[u])) for u in np.flatnonzero(sizes).tolist() for _ in range(whole)]
+    cycle, at = divmod(epoch * r, total)
+    out += _walk(sizes, seed, source, cycle, at, min(at + r, total))
+    if at + r > total:
+        out += _walk(sizes, seed, source, cycle + 1, 0, at + r - total)
+    out.sort()
+    return out
+
+
+def _walk(rows: np.ndarray, seed: int, source: int, cycle: int, lo: int, hi: int) -> list[tuple[int, int, int]]:
+    """Rows [lo, hi) of the cycle's walk (its units in a seeded order, each unit's rows in order), as
+    (unit, start, stop) ranges."""
     if hi <= lo:
-        return np.zeros(0, np.int64)
+        return []
+    keys = _cycle_keys(len(rows), seed, source, cycle)
+    keys.sort()
+    order = (keys & np.uint64((1 << (len(rows) - 1).bit_length()) - 1)).astype(np.int64)
+    ends = np.cumsum(rows[order])
+    starts = ends - rows[order]
+    out = []
+    for p in range(int(np.searchsorted(ends, lo, side="right")), int(np.searchsorted(starts, hi, side="left"))):
+        a, b = max(lo, int(starts[p])), min(hi, int(ends[p]))
+        if a < b:
+            out.append((int(order[p]), a - int(starts[p]), b - int(starts[p])))
+    return out
+
+
+def _cycle_keys(n: int, seed: int, source: int, cycle: int) -> np.ndarray:
+    """The sort keys of the source's permutation `cycle`: the raw output of a PCG64 seeded by (seed, source,
+    cycle), whose stream NumPy keeps stable across versions, the item in a key's low bits so the keys are
+    distinct."""
     digest = hashlib.sha256(f"air-mix:{seed}:{source}:{cycle}".encode()).digest()
     keys = np.random.PCG64(int.from_bytes(digest, "little")).random_raw(n)
     bits = (n - 1).bit_length()
     keys >>= np.uint64(bits)
     keys <<= np.uint64(bits)
     keys |= np.arange(n, dtype=np.uint64)
+    return keys
+
+
+def _cycle_part(n: int, seed: int, source: int, cycle: int, lo: int, hi: int) -> np.ndarray:
+    """The items at positions [lo, hi) of the source's permutation `cycle` (`_cycle_keys` sorted), in no
+    particular order: a partition finds them in one pass, no sort."""
+    if hi <= lo:
+        return np.zeros(0, np.int64)
+    keys = _cycle_keys(n, seed, source, cycle)
     if lo or hi < n:  # else all of them
         keys = np.partition(keys, ([lo] if lo else []) + ([hi - 1] if hi < n else []))[lo:hi]
-    keys &= np.uint64((1 << bits) - 1)
+    keys &= np.uint64((1 << (n - 1).bit_length()) - 1)
     return keys.view(np.int64)
 
 
