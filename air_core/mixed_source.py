@@ -99,9 +99,9 @@ class Mixed:
         counts: the items each source gives every epoch.
         names: each source as messages name it.
         path, given: the sources' folders, for messages.
-        fingerprint: the sources' listings' digests and their counts
-            (`mix:<digest>.<digest>...:<count>.<count>...`): a state saved over
-            another mixture is refused, saying which of them differ.
+        fingerprint: a digest of the whole, the sources' listings' digests
+            and their counts (`<digest>:<digest>.<digest>...:<count>.<count>...`):
+            a state saved over another mixture is refused, saying which differ.
     """
 
     def __init__(self, sources: list[Source], kind: mixture.Weight, weights: list[float], epoch_size: int | None,
@@ -111,8 +111,10 @@ class Mixed:
         self.names = names
         self.path = self.given = "[" + ", ".join(s.path for s in sources) + "]"
         # The plan depends on the listings and on each source's count alone, not on how the weights said it.
-        digests = ".".join(hashlib.sha256(s.fingerprint.encode()).hexdigest()[:12] for s in sources)
-        self.fingerprint = f"mix:{digests}:{'.'.join(map(str, self.counts))}"
+        described = (".".join(hashlib.sha256(s.fingerprint.encode()).hexdigest()[:12] for s in sources) + ":"
+                     + ".".join(map(str, self.counts)))
+        # First a digest of the whole, as a folder's fingerprint is: what a prefix of it (HF's cache id) names.
+        self.fingerprint = f"{hashlib.sha256(described.encode()).hexdigest()[:16]}:{described}"
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.path}, {self.kind}={self.weights}, fingerprint={self.fingerprint!r})"
@@ -121,7 +123,7 @@ class Mixed:
         """Why a state saved over the mixture `saved` (its fingerprint) does not resume over this one: the
         sources whose files differ, or each source's items per epoch."""
         parts = saved.split(":") if isinstance(saved, str) else []
-        if len(parts) != 3 or parts[0] != "mix":
+        if len(parts) != 3:
             return (f"the state was saved over another source (fingerprint {saved!r:.100}), not this mixture of "
                     f"{self.path}: resume a mixture from a state of the same mixture")
         saved_digests, saved_counts = parts[1].split("."), parts[2].split(".")

@@ -451,6 +451,15 @@ def test_a_mixture_reads_each_sources_share_in_equal_shards(volume, hf_cache):
     assert all(len(r["bytes"]) == r["size"] for rows in by_rank for r in rows)
 
 
+def test_a_prepared_mixture_is_prepared_again_when_a_later_source_changes(volume, hf_cache):
+    volume.files("chat", 10)
+    volume.files("safety", 3)
+    sources = [{"path": volume.path("chat"), "repeat": 1}, {"path": volume.path("safety"), "repeat": 1}]
+    assert len(load_dataset("uc-volume", sources=sources, split="train", cache_dir=hf_cache)) == 13
+    volume.write("safety/class0/more.bin", b"more")  # the same options and first source: the cache id must differ
+    assert len(load_dataset("uc-volume", sources=sources, split="train", cache_dir=hf_cache)) == 14
+
+
 def test_a_mixture_refuses_what_it_does_not_read_yet(volume, hf_cache):
     volume.files("chat", 4)
     sources = [{"path": volume.path("chat"), "repeat": 1}]
