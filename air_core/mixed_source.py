@@ -196,7 +196,7 @@ class MixtureReader:
     def __init__(self, mixed: MixedSource) -> None:
         self.mixed = mixed
 
-    def epoch_items(self, epoch: int, *, seed: int) -> list[int]:
+    def epoch_pieces(self, epoch: int, *, seed: int) -> list[int]:
         """The items `epoch` holds (with repeats), the sources interleaved: a door that deals them itself."""
         return self.mixed.epoch(epoch, seed).items.tolist()
 

@@ -20,9 +20,9 @@ from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence
 import numpy as np
 
 from .errors import OptionError
-from .mixed_source import Mixed, resolve_specs
+from .mixed_source import Mixed, MixedSource, resolve_specs
 from .planning import mixture
-from .planning.rows import RowSlice, piece_bytes
+from .planning.rows import RowSlice, deal_rows, piece_bytes
 from .planning.shares import Equalize, epoch_order
 from .read import TableReader
 from .read.row_groups import CountedUnits
@@ -51,6 +51,35 @@ def resolve_tables(sources: Sequence[Mapping[str, Any]], *, epoch_size: int | No
         if source.mode not in ROW_MODES:
             raise OptionError(f"{name} is read in mode {source.mode!r}: a mixture of rows reads {ROW_MODES}; give "
                               "its mode=, or mix loose files with FileStream(sources=[...])")
+    return _tables(resolved, kind, weights, epoch_size, names)
+
+
+def resolve_mixture(sources: Sequence[Mapping[str, Any]], *, epoch_size: int | None = None,
+                    cache_dir: str | None = None) -> MixedSource | MixedTable:
+    """A mixture of loose files or of tables' rows, as its sources are read (each its dict's `mode`, default
+    "auto"), for a door that reads both.
+
+    Raises:
+        OptionError: as `resolve_tables`, and sources of files beside sources of rows (naming one of each).
+        VolumePathError, EmptyVolumeError: a source folder that is missing or empty.
+    """
+    resolved, kind, weights, names = resolve_specs(sources, mode="auto", cache_dir=cache_dir)
+    files = [name for s, name in zip(resolved, names) if s.mode == "files"]
+    if len(files) == len(resolved):
+        return MixedSource(resolved, kind, weights, epoch_size, names, [len(s.manifest) for s in resolved])
+    table = next((s, name) for s, name in zip(resolved, names) if s.mode != "files")
+    if files:
+        raise OptionError(f"{files[0]} is read as loose files but {table[1]} as a table's rows (mode "
+                          f"{table[0].mode!r}): a mixture reads one or the other; give each source's mode=")
+    for source, name in zip(resolved, names):
+        if source.mode not in ROW_MODES:
+            raise OptionError(f"{name} is read in mode {source.mode!r}: a mixture of rows reads {ROW_MODES}")
+    return _tables(resolved, kind, weights, epoch_size, names)
+
+
+def _tables(resolved: list[Source], kind: mixture.Weight, weights: list[float], epoch_size: int | None,
+            names: list[str]) -> MixedTable:
+    """The tables' mixture, once their rows' schemas are found to be one."""
     schemas = [s.reader.schema() for s in resolved]
     for name, schema in zip(names[1:], schemas[1:]):
         if not schema.equals(schemas[0]):
@@ -135,7 +164,11 @@ class MixedTableReader(TableReader):
     def weights(self, pieces: Sequence[Any]) -> list[int]:
         return [piece_bytes(p) for p in pieces]
 
-    def epoch_pieces(self, epoch: int, seed: int) -> list[list[MixedPiece]]:
+    def epoch_pieces(self, epoch: int, *, seed: int) -> list[MixedPiece]:
+        """The pieces of `epoch`, the sources alternating in their proportions: a door that deals them itself."""
+        return _interleaved([p for pieces in self._source_pieces(epoch, seed) for p in pieces], len(self._units))
+
+    def _source_pieces(self, epoch: int, seed: int) -> list[list[MixedPiece]]:
         """Each source's pieces of `epoch`, in its units' order: exactly its count of rows."""
         out = []
         for i, (units, k) in enumerate(zip(self._units, self.source.counts)):
@@ -143,13 +176,21 @@ class MixedTableReader(TableReader):
             out.append([MixedPiece(i, units[u], a, b) for u, a, b in ranges])
         return out
 
+    def deal(self, pieces: Sequence[MixedPiece], parts: int, *, seed: int, shuffle: bool,
+             equalize: Equalize) -> list[list[MixedPiece]]:
+        """The rows of `pieces` cut into `parts` ranges of as many rows (with `equalize`, exactly), in a seeded
+        order with `shuffle`."""
+        dealt = deal_rows(pieces, parts, seed=seed, shuffle=shuffle, equalize=equalize)
+        return [[MixedPiece(s.unit.source, s.unit.unit, s.unit.start + s.start, s.unit.start + s.stop) for s in part]
+                for part in dealt]
+
     def share(self, rank: int, world_size: int, *, epoch: int, seed: int, shuffle: bool,
               equalize: Equalize) -> tuple[np.ndarray, list]:
         """`rank`'s pieces of `epoch`, in read order: its part of each source's rows (within a row of the
         others'), then, with `equalize`, rows dropped or padded to the smallest or largest rank's count."""
         ranks: list[list[MixedPiece]] = [[] for _ in range(world_size)]
         before = 0
-        for pieces, k in zip(self.epoch_pieces(epoch, seed), self.source.counts):
+        for pieces, k in zip(self._source_pieces(epoch, seed), self.source.counts):
             # Rank r takes as many of the source's rows as the positions r mod R among the epoch's rows
             # [before, before + k): within one of k / R, and its total within one of every other rank's.
             lengths = [(before + k - 1 - r) // world_size - (before - 1 - r) // world_size for r in range(world_size)]
@@ -162,16 +203,10 @@ class MixedTableReader(TableReader):
             want = min(counts) if equalize == "drop" else max(counts)
             mine = _resized(mine, want, next(p for p in ranks if p))
         if shuffle:
-            order = epoch_order(len(mine), epoch=epoch, seed=seed, shuffle=True)
-        else:  # the sources alternate in their proportions: source s's j-th piece at (j + ½)/nₛ of the way
-            per = np.bincount([p.source for p in mine], minlength=len(self._units)).tolist()
-            seen = [0] * len(per)
-            where = []
-            for p in mine:
-                where.append((seen[p.source] + 0.5) / per[p.source])
-                seen[p.source] += 1
-            order = np.argsort(where, kind="stable").tolist()
-        return np.arange(len(mine), dtype=np.int64), [mine[k] for k in order]
+            mine = [mine[k] for k in epoch_order(len(mine), epoch=epoch, seed=seed, shuffle=True)]
+        else:
+            mine = _interleaved(mine, len(self._units))
+        return np.arange(len(mine), dtype=np.int64), mine
 
     def read_pieces(self, pieces: Sequence[MixedPiece], cache: Cache, *, columns: Sequence[str] | None,
                     fetch_threads: int, epoch: int = 0, seed: int = 0, shuffle: bool = False,
@@ -192,6 +227,18 @@ class MixedTableReader(TableReader):
         for k, (s, j) in enumerate(at):
             for table in reads[s].tables_of(j):
                 yield k, table
+
+
+def _interleaved(pieces: list[MixedPiece], sources: int) -> list[MixedPiece]:
+    """`pieces` with the sources alternating in their proportions: source s's j-th piece at (j + ½)/nₛ of the way
+    (ties to the earlier source)."""
+    per = np.bincount([p.source for p in pieces], minlength=sources).tolist()
+    seen = [0] * sources
+    where = []
+    for p in pieces:
+        where.append(((seen[p.source] + 0.5) / per[p.source], p.source))
+        seen[p.source] += 1
+    return [pieces[k] for k in sorted(range(len(pieces)), key=where.__getitem__)]
 
 
 def _cut(pieces: list[MixedPiece], lengths: list[int]) -> list[list[MixedPiece]]:
