@@ -25,6 +25,7 @@ from .planning import mixture
 from .planning.rows import RowSlice, deal_rows, piece_bytes
 from .planning.shares import Equalize, epoch_order
 from .read import TableReader
+from .read.reader import Part
 from .read.row_groups import CountedUnits
 from .source import Source
 
@@ -149,6 +150,9 @@ class MixedTableReader(TableReader):
     def __init__(self, mixed: MixedTable) -> None:
         super().__init__(mixed)  # type: ignore[arg-type]
         self._units = [_units(s) for s in mixed.sources]
+        # A unit's key, the same in every epoch: its place among the sources' units laid end to end.
+        self._keys = [{u: at + k for k, u in enumerate(units)}
+                      for at, units in zip(np.cumsum([0] + [len(u) for u in self._units]).tolist(), self._units)]
 
     def schema(self) -> pa.Schema:
         return self.source.sources[0].reader.schema()
@@ -206,7 +210,20 @@ class MixedTableReader(TableReader):
             mine = [mine[k] for k in epoch_order(len(mine), epoch=epoch, seed=seed, shuffle=True)]
         else:
             mine = _interleaved(mine, len(self._units))
-        return np.arange(len(mine), dtype=np.int64), mine
+        return np.array([self._keys[p.source][p.unit] for p in mine], dtype=np.int64), mine
+
+    def share_weights(self, rank: int, world_size: int, *, equalize: Equalize) -> np.ndarray:
+        """The bytes of every unit of every source, by the keys `share` gives: any may be drawn into a share."""
+        return np.array([u.nbytes for units in self._units for u in units], dtype=np.int64)
+
+    def part(self, pieces: Sequence[MixedPiece], *, epoch: int, seed: int, shuffle: bool) -> MixedTablePart:
+        """The pieces packed to be read in another process: each source's, as its reader packs them (the rows
+        inside a piece in the file's order, as `read_pieces` reads them)."""
+        by_source: dict[int, list] = {}
+        for p in pieces:
+            by_source.setdefault(p.source, []).append(p.native)
+        return MixedTablePart([self.source.sources[s].reader.part(natives, epoch=epoch, seed=seed, shuffle=False)
+                               for s, natives in by_source.items()])
 
     def read_pieces(self, pieces: Sequence[MixedPiece], cache: Cache, *, columns: Sequence[str] | None,
                     fetch_threads: int, epoch: int = 0, seed: int = 0, shuffle: bool = False,
@@ -227,6 +244,29 @@ class MixedTableReader(TableReader):
         for k, (s, j) in enumerate(at):
             for table in reads[s].tables_of(j):
                 yield k, table
+
+
+@dataclass(frozen=True)
+class MixedTablePart(Part):
+    """Pieces of a mixture of tables to read elsewhere: one part of each source's pieces, read one after another."""
+
+    parts: list[Part]
+
+    @property
+    def rows(self) -> int:  # type: ignore[override]
+        return sum(p.rows for p in self.parts)
+
+    @property
+    def nbytes(self) -> int:  # type: ignore[override]
+        return sum(p.nbytes for p in self.parts)
+
+    @property
+    def input_files(self) -> list[str]:  # type: ignore[override]
+        return [f for p in self.parts for f in p.input_files]
+
+    def read(self, cache: Cache, **options: Any) -> Iterator[tuple[str, pa.Table]]:
+        for part in self.parts:
+            yield from part.read(cache, **options)
 
 
 def _interleaved(pieces: list[MixedPiece], sources: int) -> list[MixedPiece]:
