@@ -15,6 +15,7 @@ resumed run deals what is left as `RowStream` does any table's runs.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence
 
 import numpy as np
@@ -110,10 +111,13 @@ class MixedTable(Mixed):
 
     mode = "rows"
 
-    @property
+    @cached_property
     def reader(self) -> MixedTableReader:
-        """How a `RowStream` plans and reads the mixture."""
+        """How a `RowStream` plans and reads the mixture (made once per process: it holds every unit)."""
         return MixedTableReader(self)
+
+    def __getstate__(self) -> dict:
+        return {k: v for k, v in self.__dict__.items() if k != "reader"}
 
 
 @dataclass(frozen=True)
