@@ -5,7 +5,8 @@ pieces (`Reader.share`: the same every epoch, so node caches keep serving
 them), deals them to DataLoader workers by bytes, and reads them through the
 reader as runs of rows (`row_runs`). Its state names the run and the row
 reached, so a resume on the same grid starts at the next row, and a whole
-run's state (`air_core.run_state`) resumes on any grid.
+run's state (`air_core.run_state`) resumes on any grid. `sources=` reads a
+mixture of tables the same way (`air_core.mixed_table`).
 """
 
 from __future__ import annotations

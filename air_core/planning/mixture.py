@@ -34,6 +34,10 @@ bytes differ by a per cent or two (2,000 to 100,000 items over 4 to 8
 ranks), against ~0 for a deal by size alone, which would move most items
 between ranks from one epoch to the next. A source read whole every epoch
 (`repeat` a whole number) is balanced as one folder is.
+
+A mixture of tables counts rows: `row_ranges` walks a source's units (row
+groups, spans) the same way, each unit's rows in order, and gives an epoch's
+rows as ranges of units (`air_core.mixed_table` deals them).
 """
 
 from __future__ import annotations
