@@ -167,3 +167,14 @@ def test_sources_of_other_schemas_or_not_tables_are_refused_naming_them(tables):
         RowStream(sources=specs(tables, "proportion", [1, -1, 1]))
     with pytest.raises(OptionError, match="give the volume folder of a table to read, path=, or several"):
         RowStream()
+
+
+def test_columns_are_read_from_every_source_and_a_pickled_stream_is_small(tables):
+    stream = RowStream(sources=specs(tables, "choose", [10, 10, 7]), columns=["id"], shuffle=True)
+    assert stream.schema.names == ["id"]
+    rows = list(pickle.loads(pickle.dumps(stream)))
+    assert len(rows) == 27 and all(list(r) == ["id"] for r in rows)
+    assert Counter(source_of(r["id"]) for r in rows) == {"chat": 10, "code": 10, "safety": 7}
+    assert len(pickle.dumps(stream)) < 20_000  # its sources' listings travel as files, not its units
+    with pytest.raises(OptionError, match="nope"):
+        RowStream(sources=specs(tables, "choose", [10, 10, 7]), columns=["nope"])
