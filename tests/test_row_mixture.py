@@ -11,6 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from air_core import OptionError, RowStream, StateError, run_state
+from air_core.mixed_table import resolve_tables
 from air_core.read import line_spans
 
 BASE = {"chat": 0, "code": 1000, "safety": 2000}
@@ -178,3 +179,28 @@ def test_columns_are_read_from_every_source_and_a_pickled_stream_is_small(tables
     assert len(pickle.dumps(stream)) < 20_000  # its sources' listings travel as files, not its units
     with pytest.raises(OptionError, match="nope"):
         RowStream(sources=specs(tables, "choose", [10, 10, 7]), columns=["nope"])
+
+
+@pytest.mark.parametrize("kind, weights", [("repeat", [0.5, 1, 3]), ("choose", [37, 11, 2]),
+                                           ("proportion", [5, 3, 2])])
+def test_the_ranks_of_any_grid_share_the_epochs_rows_once_with_equal_counts_when_asked(tables, kind, weights):
+    reader = resolve_tables(specs(tables, kind, weights)).reader
+    counts = reader.source.counts
+
+    def rows(pieces):
+        return Counter((p.source, p.unit, i) for p in pieces for i in range(p.start, p.stop))
+
+    for epoch in (0, 3):
+        whole = rows(reader.epoch_pieces(epoch, seed=5))
+        assert [sum(c for (s, _, _), c in whole.items() if s == k) for k in range(3)] == counts
+        for world_size in range(1, 6):
+            for equalize in ("none", "pad", "drop"):
+                shares = [reader.share(r, world_size, epoch=epoch, seed=5, shuffle=True, equalize=equalize)[1]
+                          for r in range(world_size)]
+                sizes = [sum(p.num_rows for p in share) for share in shares]
+                got = sum((rows(share) for share in shares), Counter())
+                if equalize == "none":
+                    assert got == whole and max(sizes) - min(sizes) <= 1
+                else:
+                    assert len(set(sizes)) == 1
+                    assert (got - whole if equalize == "drop" else whole - got) == Counter()
