@@ -4,7 +4,8 @@
 node-local disk on first access, partitioned over (rank x DataLoader worker);
 `RowStream` streams the rows of a table there (Parquet, JSON Lines, CSV, text).
 `resolve_source` is how every front door turns what a user gives into what
-it reads (`resolve_sources`: a mixture of several folders). The names here
+it reads (`resolve_sources`: a mixture of several folders of files;
+`resolve_mixture`: of files or of tables' rows, as its sources are). The names here
 are the core's public API; `air_core.read.parquet_io` (Parquet row groups,
 needs pyarrow) and `air_core.torch` are public modules.
 `export_delta` exports a Delta table to Parquet on a volume (`air_core.delta`;
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
     from .delta import export_delta
     from .io.listing import list_folder
     from .mixed_source import MixedSource, resolve_sources
+    from .mixed_table import MixedTable, resolve_mixture
     from .packs.write import PackResult, pack
     from .planning.rows import RowGroup, RowSlice, split_rows, unit_of
     from .row_stream import RowStream
@@ -42,18 +44,19 @@ _LAZY = {
     "RowGroup": ".planning.rows", "RowSlice": ".planning.rows", "split_rows": ".planning.rows",
     "unit_of": ".planning.rows", "RowStream": ".row_stream", "MODES": ".source", "Mode": ".source",
     "Source": ".source", "check_columns": ".source", "resolve_source": ".source", "FileStream": ".stream",
-    "MixedSource": ".mixed_source", "resolve_sources": ".mixed_source",
+    "MixedSource": ".mixed_source", "resolve_sources": ".mixed_source", "MixedTable": ".mixed_table",
+    "resolve_mixture": ".mixed_table",
 }
 
 __all__ = [
     "AirError", "BALANCES", "Balance", "Cache", "CacheStats", "CachedFile", "DEFAULT_FETCH_THREADS",
     "DEFAULT_PREFETCH", "DEFAULT_PREFETCH_BYTES", "EQUALIZES", "EmptyVolumeError", "Equalize", "FetchError",
-    "FileStream", "Grid", "MODES", "Manifest", "ManifestMismatchError", "MixedSource", "Mode", "ON_ERRORS", "OnError",
+    "FileStream", "Grid", "MODES", "Manifest", "ManifestMismatchError", "MixedSource", "MixedTable", "Mode", "ON_ERRORS", "OnError",
     "OptionError",
     "ParquetError", "RowGroup", "RowSlice", "RowStream", "Skipped", "Source", "StateError", "VolumePathError", "check_columns",
     "default_dir", "default_fetch_threads", "detect_rank", "detect_worker", "entry_path_length", "epoch_order",
     "export_delta", "freeze_inherited", "list_folder", "pack", "PackResult", "rank_share", "rank_shares",
-    "read_items", "resolve_source", "resolve_sources", "run_state", "snake", "split_rows", "unit_of", "without_skips",
+    "read_items", "resolve_mixture", "resolve_source", "resolve_sources", "run_state", "snake", "split_rows", "unit_of", "without_skips",
 ]
 
 

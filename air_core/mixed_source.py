@@ -8,13 +8,13 @@ listings end to end (an item is its position there), each epoch's items are
 `air_core.planning.mixture`'s, and they are dealt over ranks and workers,
 shuffled and resumed by the planners every stream uses.
 
-Mixtures read loose files (mode "files"); other modes are refused so far.
+`resolve_specs` and `Mixed` serve a mixture of tables' rows too
+(`air_core.mixed_table`).
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 from dataclasses import dataclass
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
@@ -34,7 +34,6 @@ from .source import Source, resolve_source
 
 # What a source of a mixture may say besides its weight: the selection of its folder's files.
 SOURCE_OPTIONS = ("path", "include", "exclude", "file_extensions", "mode")
-_EPOCHS_HELD = 2
 
 
 def resolve_sources(sources: Sequence[Mapping[str, Any]], *, epoch_size: int | None = None,
@@ -48,6 +47,18 @@ def resolve_sources(sources: Sequence[Mapping[str, Any]], *, epoch_size: int | N
         VolumePathError, EmptyVolumeError: a source folder that is missing or empty
             (naming it), as for one folder.
     """
+    resolved, kind, weights, names = resolve_specs(sources, mode="files", cache_dir=cache_dir)
+    for source, name in zip(resolved, names):
+        if source.mode != "files":
+            raise OptionError(f"{name} is read in mode {source.mode!r}: a mixture reads loose files (mode 'files') "
+                              "here; give mode='files', or read its rows with RowStream(sources=[...])")
+    return MixedSource(resolved, kind, weights, epoch_size, names, [len(s.manifest) for s in resolved])
+
+
+def resolve_specs(sources: Sequence[Mapping[str, Any]], *, mode: str,
+                  cache_dir: str | None) -> tuple[list[Source], mixture.Weight, list[float], list[str]]:
+    """Each source of a mixture checked and resolved (`mode`: a source's mode when its dict names none):
+    (the sources, their kind of weight, their weights, their names for messages)."""
     if isinstance(sources, (str, Mapping)) or not isinstance(sources, Sequence) or not sources:
         raise OptionError(f"sources={sources!r:.200}: give a non-empty list of dicts, each with a 'path' and one of "
                           f"{mixture.WEIGHTS}, e.g. [{{'path': '/Volumes/c/s/v/chat', 'proportion': 0.6}}, ...]")
@@ -59,8 +70,8 @@ def resolve_sources(sources: Sequence[Mapping[str, Any]], *, epoch_size: int | N
             raise OptionError(f"{name}={spec!r:.200}: give a dict with the folder's 'path' (a str) and its weight")
         name = f"sources[{i}] ({spec['path']})"
         if "delta_table" in spec or "delta_version" in spec:
-            raise OptionError(f"{name}: a mixture reads loose files (mode 'files') so far; a Delta table's rows "
-                              "are not mixed yet")
+            raise OptionError(f"{name}: a Delta table is not read in a mixture yet; read it on its own, or mix "
+                              "the folders it was exported to")
         options.reject_unknown(spec, SOURCE_OPTIONS + mixture.WEIGHTS, what=f"a source of a mixture, {name}")
         given = [k for k in mixture.WEIGHTS if k in spec]
         if len(given) != 1:
@@ -70,45 +81,76 @@ def resolve_sources(sources: Sequence[Mapping[str, Any]], *, epoch_size: int | N
         if given[0] != kinds[0][0]:
             raise OptionError(f"{kinds[0][1]} has a {kinds[0][0]!r} but {name} a {given[0]!r}: give every source "
                               "of a mixture the same kind of weight")
-        source = resolve_source(spec["path"], mode=spec.get("mode", "files"), include=spec.get("include"),
-                                exclude=spec.get("exclude"), file_extensions=spec.get("file_extensions"),
-                                cache_dir=cache_dir)
-        if source.mode != "files":
-            raise OptionError(f"{name} is read in mode {source.mode!r}: a mixture reads loose files (mode 'files') "
-                              "so far; give mode='files', or read it on its own")
-        resolved.append(source)
+        resolved.append(resolve_source(spec["path"], mode=spec.get("mode", mode), include=spec.get("include"),
+                                       exclude=spec.get("exclude"), file_extensions=spec.get("file_extensions"),
+                                       cache_dir=cache_dir))
         weights.append(spec[given[0]])
-    return MixedSource(resolved, kinds[0][0], weights, epoch_size, [name for _, name in kinds])
+    return resolved, kinds[0][0], weights, [name for _, name in kinds]  # type: ignore[return-value]
 
 
-class MixedSource:
-    """Several sources read as one (make one with `resolve_sources`); it stands where a `Source` of loose files does.
+class Mixed:
+    """What every mixture holds, whatever it reads: its sources, weights, counts per epoch and fingerprint.
+
+    Args:
+        sizes: each source's items (files, or rows), which the weights are of.
 
     Attributes:
         sources: the resolved sources, in the order given.
         kind, weights, epoch_size: the mixture's weights, as given.
         counts: the items each source gives every epoch.
+        names: each source as messages name it.
         path, given: the sources' folders, for messages.
+        fingerprint: a digest of the whole, the sources' listings' digests
+            and their counts (`<digest>:<digest>.<digest>...:<count>.<count>...`):
+            a state saved over another mixture is refused, saying which differ.
+    """
+
+    def __init__(self, sources: list[Source], kind: mixture.Weight, weights: list[float], epoch_size: int | None,
+                 names: list[str], sizes: list[int]) -> None:
+        self.sources, self.kind, self.weights, self.epoch_size = sources, kind, weights, epoch_size
+        self.counts = mixture.source_counts(sizes, kind, weights, epoch_size=epoch_size, names=names)
+        self.names = names
+        self.path = self.given = "[" + ", ".join(s.path for s in sources) + "]"
+        # The plan depends on the listings and on each source's count alone, not on how the weights said it.
+        described = (".".join(hashlib.sha256(s.fingerprint.encode()).hexdigest()[:12] for s in sources) + ":"
+                     + ".".join(map(str, self.counts)))
+        # First a digest of the whole, as a folder's fingerprint is: what a prefix of it (HF's cache id) names.
+        self.fingerprint = f"{hashlib.sha256(described.encode()).hexdigest()[:16]}:{described}"
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.path}, {self.kind}={self.weights}, fingerprint={self.fingerprint!r})"
+
+    def changed_since(self, saved: str) -> str:
+        """Why a state saved over the mixture `saved` (its fingerprint) does not resume over this one: the
+        sources whose files differ, or each source's items per epoch."""
+        parts = saved.split(":") if isinstance(saved, str) else []
+        if len(parts) != 3:
+            return (f"the state was saved over another source (fingerprint {saved!r:.100}), not this mixture of "
+                    f"{self.path}: resume a mixture from a state of the same mixture")
+        saved_digests, saved_counts = parts[1].split("."), parts[2].split(".")
+        digests = self.fingerprint.split(":")[1].split(".")
+        if len(saved_digests) != len(digests):
+            return (f"the state was saved over a mixture of {len(saved_digests)} sources, this one has "
+                    f"{len(digests)} ({self.path}): resume with the sources it was saved with")
+        changed = [name for name, a, b in zip(self.names, saved_digests, digests) if a != b]
+        if changed:
+            return (f"{', '.join(changed)}: its files are not the ones the state was saved over (the folder changed "
+                    "since, or the source names another folder or selection); resume needs the same files")
+        return (f"the state was saved with {', '.join(saved_counts)} items per epoch from the sources, this "
+                f"mixture gives {', '.join(map(str, self.counts))} ({self.path}): its weights or epoch_size changed; "
+                "resume with the ones it was saved with")
+
+
+class MixedSource(Mixed):
+    """Several folders of loose files read as one (make one with `resolve_sources`); it stands where a `Source`
+    of loose files does.
+
+    Attributes:
         mode: "files".
-        fingerprint: a digest of the sources' listings and counts: a state
-            saved over another mixture is refused.
     """
 
     mode = "files"
-
-    def __init__(self, sources: list[Source], kind: mixture.Weight, weights: list[float], epoch_size: int | None,
-                 names: list[str]) -> None:
-        self.sources, self.kind, self.weights, self.epoch_size = sources, kind, weights, epoch_size
-        sizes = [len(s.manifest) for s in sources]
-        self.counts = mixture.source_counts(sizes, kind, weights, epoch_size=epoch_size, names=names)
-        self.path = self.given = "[" + ", ".join(s.path for s in sources) + "]"
-        # The plan depends on the listings and on each source's count alone, not on how the weights said it.
-        described = json.dumps([[s.fingerprint for s in sources], self.counts])
-        self.fingerprint = hashlib.sha256(described.encode()).hexdigest()[:16]
-        self._epochs: dict[tuple[int, int], mixture.Epoch] = {}
-
-    def __repr__(self) -> str:
-        return f"MixedSource({self.path}, {self.kind}={self.weights}, fingerprint={self.fingerprint!r})"
+    _mixture: mixture.Mixture | None = None  # the planner, made on first use (not pickled)
 
     @property
     def reader(self) -> MixtureReader:
@@ -121,15 +163,12 @@ class MixedSource:
                           "air_core.resolve_source(path).manifest")
 
     def epoch(self, epoch: int, seed: int) -> mixture.Epoch:
-        """The items of `epoch` (kept for the last few epochs asked: a pass plans, counts and reads one)."""
-        key = (epoch, seed)
-        if key not in self._epochs:
-            while len(self._epochs) >= _EPOCHS_HELD:
-                del self._epochs[next(iter(self._epochs))]
+        """The items of `epoch` (the planner, made on first use, keeps the last few and what all epochs share)."""
+        if self._mixture is None:
             manifests = [s.manifest for s in self.sources]
-            self._epochs[key] = mixture.Epoch([m.sizes for m in manifests], self.counts, epoch=epoch, seed=seed,
-                                              by_size=[m.largest_first for m in manifests])
-        return self._epochs[key]
+            self._mixture = mixture.Mixture([m.sizes for m in manifests], self.counts,
+                                            by_size=[m.largest_first for m in manifests])
+        return self._mixture.epoch(epoch, seed)
 
     @property
     def offsets(self) -> np.ndarray:
@@ -145,7 +184,7 @@ class MixedSource:
             yield s, at, items[at] - offsets[s]
 
     def __getstate__(self) -> dict:
-        return {**self.__dict__, "_epochs": {}}
+        return {**self.__dict__, "_mixture": None}
 
 
 class MixtureReader:
@@ -158,7 +197,7 @@ class MixtureReader:
     def __init__(self, mixed: MixedSource) -> None:
         self.mixed = mixed
 
-    def epoch_items(self, epoch: int, *, seed: int) -> list[int]:
+    def epoch_pieces(self, epoch: int, *, seed: int) -> list[int]:
         """The items `epoch` holds (with repeats), the sources interleaved: a door that deals them itself."""
         return self.mixed.epoch(epoch, seed).items.tolist()
 
@@ -189,7 +228,7 @@ class MixtureReader:
         ep = self.mixed.epoch(epoch, seed)
         slots = resume.plan(ep.sizes, grid, resumed_from, epoch=epoch, seed=seed, shuffle=shuffle, balance=balance,
                             equalize=equalize, deal_order=ep.deal_order if balance == "bytes" else None)
-        return ep.items[np.asarray(slots, dtype=np.int64)].tolist()
+        return ep.items_at(np.asarray(slots, dtype=np.int64)).tolist()
 
     def rank_count(self, rank: int, world_size: int, *, epoch: int, seed: int, shuffle: bool, balance: str,
                    equalize: plan_mod.Equalize) -> int:

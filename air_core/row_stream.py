@@ -5,12 +5,13 @@ pieces (`Reader.share`: the same every epoch, so node caches keep serving
 them), deals them to DataLoader workers by bytes, and reads them through the
 reader as runs of rows (`row_runs`). Its state names the run and the row
 reached, so a resume on the same grid starts at the next row, and a whole
-run's state (`air_core.run_state`) resumes on any grid.
+run's state (`air_core.run_state`) resumes on any grid. `sources=` reads a
+mixture of tables the same way (`air_core.mixed_table`).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence
 
 from . import dist, options
 from .planning import resume
@@ -20,7 +21,8 @@ from .grid import Grid
 from .read import ON_ERRORS, OnError, TableReader, default_fetch_threads
 from .read.row_groups import within
 from .planning.runs import Run, deal_bytes, deal_rows, remainder
-from .source import check_columns, resolve_source
+from .mixed_table import MixedTable, resolve_tables
+from .source import Source, check_columns, resolve_source
 from .streaming import Stream
 
 if TYPE_CHECKING:
@@ -51,13 +53,23 @@ class RowStream(Stream):
             in `skipped` and in the state.
         schema, delimiter, sample_by: format options (as `resolve_source`).
         delta_table, delta_version: read a Delta table's export at `path` (as `resolve_source`).
+        sources: instead of `path`, a mixture of tables of one schema, each
+            source a dict with its folder's `path`, optionally its `include`,
+            `exclude`, `file_extensions` and `mode` ("parquet", "json", "csv",
+            "text"; default "auto"), and one weight, the same kind for every
+            source, of its rows: `proportion`, `repeat` or `choose` (as
+            `FileStream`'s). Each epoch holds exactly each source's count of
+            rows (see `air_core.mixed_table`), and resumes as one table does.
+        epoch_size: a mixture of proportions: rows per epoch (default: the sources' rows added up).
 
     """
 
     def __init__(
         self,
-        path: str | None,
+        path: str | None = None,
         *,
+        sources: Sequence[Mapping[str, Any]] | None = None,
+        epoch_size: int | None = None,
         mode: str = "auto",
         include: str | Sequence[str] | None = None,
         exclude: str | Sequence[str] | None = None,
@@ -87,10 +99,26 @@ class RowStream(Stream):
         options.flag("verify", verify)
         options.whole("seed", seed, low=0)
         options.whole("fetch_threads", fetch_threads, low=1, optional=True)
-        self._source = resolve_source(path, mode=mode, include=include, exclude=exclude,  # type: ignore[arg-type]
-                                      file_extensions=file_extensions, cache_dir=cache_dir, schema=schema,
-                                      delimiter=delimiter, sample_by=sample_by, delta_table=delta_table,
-                                      delta_version=delta_version)
+        self._source: Source | MixedTable
+        if sources is None:
+            if path is None:
+                raise OptionError("give the volume folder of a table to read, path=, or several, sources=[...]")
+            if epoch_size is not None:
+                raise OptionError("epoch_size= sizes the epochs of a mixture: give sources=[...], or leave it unset")
+            self._source = resolve_source(path, mode=mode, include=include, exclude=exclude,  # type: ignore[arg-type]
+                                          file_extensions=file_extensions, cache_dir=cache_dir, schema=schema,
+                                          delimiter=delimiter, sample_by=sample_by, delta_table=delta_table,
+                                          delta_version=delta_version)
+        else:
+            beside = [name for name, v in (("path", path), ("include", include), ("exclude", exclude),
+                                           ("file_extensions", file_extensions), ("schema", schema),
+                                           ("delimiter", delimiter), ("sample_by", sample_by),
+                                           ("delta_table", delta_table), ("delta_version", delta_version))
+                      if v is not None] + (["mode"] if mode != "auto" else [])
+            if beside:
+                raise OptionError(f"sources= names each table's folder and its selection: give {beside[0]}= in each "
+                                  "source's dict, not beside sources=")
+            self._source = resolve_tables(sources, epoch_size=epoch_size, cache_dir=cache_dir)
         reader = self._source.reader
         if not isinstance(reader, TableReader):
             raise OptionError(f"RowStream reads a table's rows, but {self._source.given} is read in mode "

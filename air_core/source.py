@@ -74,6 +74,11 @@ class Source:
     def __repr__(self) -> str:
         return f"Source({self.path!r}, mode={self.mode!r}, fingerprint={self.fingerprint!r})"
 
+    def changed_since(self, saved: str) -> str:
+        """Why a state saved over the listing `saved` (its fingerprint) does not resume over this one."""
+        return (f"the state was saved over a different listing of {self.path} (fingerprint {saved} vs "
+                f"{self.fingerprint}): the folder changed since; resume needs the same files")
+
     @property
     def reader(self) -> Reader:
         """The reader of this source's format: how every front door plans and reads it."""

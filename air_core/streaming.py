@@ -67,12 +67,8 @@ class Stream:
         """
         if not isinstance(state, dict) or "epoch" not in state or "fingerprint" not in state:
             raise StateError(f"not a {type(self).__name__} state: {state!r:.200}")
-        fingerprint = self._source.fingerprint
-        if state["fingerprint"] != fingerprint:
-            raise StateError(
-                f"the state was saved over a different listing of {self.path} (fingerprint "
-                f"{state['fingerprint']} vs {fingerprint}): the folder changed since; resume needs the same files"
-            )
+        if state["fingerprint"] != self._source.fingerprint:
+            raise StateError(self._source.changed_since(state["fingerprint"]))
         state = resume.upgrade(state)
         if state.get("options", self._plan_opts) != self._plan_opts:
             raise StateError(

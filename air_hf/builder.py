@@ -22,7 +22,7 @@ from typing import Iterator, Union
 import datasets
 import pyarrow as pa
 
-from air_core import EQUALIZES, MODES, ON_ERRORS, Cache, MixedSource, OptionError, Source, check_columns, default_fetch_threads, detect_rank, freeze_inherited, resolve_source, resolve_sources, volume, without_skips
+from air_core import EQUALIZES, MODES, ON_ERRORS, Cache, MixedSource, MixedTable, OptionError, Source, check_columns, default_fetch_threads, detect_rank, freeze_inherited, resolve_mixture, resolve_source, resolve_sources, volume, without_skips
 from air_core import options as check
 from air_core.read import TableReader
 
@@ -89,15 +89,16 @@ class UCVolumeConfig(datasets.BuilderConfig):
             CSV and text: "skip" leaves out a malformed record with a warning naming it.
         delimiter: CSV mode: the field delimiter (default: a tab for `.tsv`, else a comma).
         sample_by: text mode: "line" (default), "paragraph" or "document" (a row per file).
-        sources: instead of `data_dir`, a mixture of volume folders read as files (see
-            `air_core.FileStream`): a list of dicts, each with a folder's `path`, optionally
-            its `include`, `exclude`, `file_extensions`, and one weight, the same kind for
-            every source: `proportion`, `repeat` or `choose`. The split `train` holds the
-            mixture's first epoch, each source's share exactly, dealt into equal shards;
-            `datasets` reorders those shards each epoch but reads the same items (for a fresh
-            choice of items every epoch, stream through `air_core.torch.UCVolumeDataset`).
-            Not with `labels=`, nor a table's modes, so far.
-        epoch_size: a mixture of proportions: its items (default: the sources' sizes added up).
+        sources: instead of `data_dir`, a mixture of volume folders: a list of dicts, each
+            with a folder's `path`, optionally its `include`, `exclude`, `file_extensions` and
+            `mode` (default "auto"), and one weight, the same kind for every source:
+            `proportion`, `repeat` or `choose`. Folders of loose files mix as files (see
+            `air_core.FileStream`), tables of one schema as rows (see `air_core.RowStream`).
+            The split `train` holds the mixture's first epoch, each source's share exactly,
+            dealt into equal shards; `datasets` reorders those shards each epoch but reads the
+            same items (for a fresh choice every epoch, stream through
+            `air_core.torch.UCVolumeDataset` or `air_core.RowStream`). Not with `labels=` so far.
+        epoch_size: a mixture of proportions: its items, files or rows (default: the sources' added up).
 
     `load_dataset(..., features=...)` reads a table's rows into those features
     (JSON Lines, CSV: parsed as them; Parquet: cast); without it they are
@@ -162,12 +163,14 @@ class UCVolumeConfig(datasets.BuilderConfig):
         check.whole("node_cache_limit", self.node_cache_limit, low=0, optional=True)
 
 
-def _resolve(config: UCVolumeConfig, features: datasets.Features | None) -> Source | MixedSource:
+def _resolve(config: UCVolumeConfig, features: datasets.Features | None) -> Source | MixedSource | MixedTable:
     if config.sources is not None:
-        if config.mode not in ("auto", "files"):
-            raise OptionError(f"mode={config.mode!r}: a mixture (sources=) reads loose files so far; give "
-                              "mode='files', or leave it unset")
-        return resolve_sources(config.sources, epoch_size=config.epoch_size, cache_dir=config.node_cache_dir)
+        if config.mode == "files":
+            return resolve_sources(config.sources, epoch_size=config.epoch_size, cache_dir=config.node_cache_dir)
+        if config.mode != "auto":
+            raise OptionError(f"mode={config.mode!r} beside sources=: give mode= in each source's dict (or "
+                              "mode='files' to read every source as loose files)")
+        return resolve_mixture(config.sources, epoch_size=config.epoch_size, cache_dir=config.node_cache_dir)
     return resolve_source(config.data_dir, mode=config.mode, include=config.include, exclude=config.exclude,
                           file_extensions=config.file_extensions, delta_table=config.delta_table,
                           delta_version=config.delta_version, cache_dir=config.node_cache_dir,
@@ -175,7 +178,7 @@ def _resolve(config: UCVolumeConfig, features: datasets.Features | None) -> Sour
                           delimiter=config.delimiter, sample_by=config.sample_by)
 
 
-def _features(config: UCVolumeConfig, source: Source | MixedSource) -> datasets.Features:
+def _features(config: UCVolumeConfig, source: Source | MixedSource | MixedTable) -> datasets.Features:
     """The rows' features; options that do not fit the source's format are refused here, at setup."""
     reader = source.reader
     reader.check(decode=config.decode, labels=config.labels, on_error=config.on_error, columns=config.columns)
@@ -221,12 +224,12 @@ class UCVolume(datasets.ArrowBasedBuilder):
         c, reader = self.config, self._source.reader
         world_size = c.world_size or detect_rank()[1]
         generators = []
-        if isinstance(self._source, MixedSource):
-            splits = {"train": self._source.reader.epoch_items(0, seed=c.seed)}
+        if isinstance(self._source, (MixedSource, MixedTable)):  # a mixture: its first epoch
+            splits = {"train": reader.epoch_pieces(0, seed=c.seed)}
         else:
-            splits = by_split(self._source.manifest.paths.tolist())
-        for split, files in splits.items():
-            pieces = reader.pieces(files)
+            listed = by_split(self._source.manifest.paths.tolist())
+            splits = {split: reader.pieces(files) for split, files in listed.items()}
+        for split, pieces in splits.items():
             n = shard_count(len(pieces), world_size=world_size, num_workers=c.num_workers)
             if c.equalize == "drop":
                 check_drop(reader.count(pieces), reader.counts, n)

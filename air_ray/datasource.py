@@ -34,7 +34,7 @@ from ray.data.datasource import Datasource, ReadTask
 from ray.util.annotations import RayDeprecationWarning
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from air_core import DEFAULT_FETCH_THREADS, EQUALIZES, ON_ERRORS, Equalize, Grid, MixedSource, Mode, OnError, OptionError, Source, check_columns, default_dir, detect_rank, entry_path_length, resolve_source, resolve_sources
+from air_core import DEFAULT_FETCH_THREADS, EQUALIZES, ON_ERRORS, Equalize, Grid, MixedSource, MixedTable, Mode, OnError, OptionError, Source, check_columns, default_dir, detect_rank, entry_path_length, resolve_mixture, resolve_source, resolve_sources
 from air_core import options as check
 from air_core.read import TableReader
 
@@ -123,14 +123,18 @@ class UCVolumeDatasource(Datasource):
             the listing).
         delimiter: CSV mode: the field delimiter (default: a tab for `.tsv`, else a comma).
         sample_by: text mode: "line" (default), "paragraph" or "document" (a row per file).
-        sources: instead of `path`, a mixture of volume folders read as files
-            (see `air_core.FileStream`): a list of dicts, each with a folder's
-            `path`, optionally its `include`, `exclude`, `file_extensions`, and
-            one weight, the same kind for every source: `proportion`, `repeat`
-            or `choose`. Each execution is an epoch of the mixture (the next
-            one with `shuffle="files"` or a reseeding `FileShuffleConfig`;
-            epoch 0 otherwise), each source's share exactly; an item is read
-            on the same node in every execution that holds it.
+        sources: instead of `path`, a mixture of volume folders: a list of
+            dicts, each with a folder's `path`, optionally its `include`,
+            `exclude`, `file_extensions` and `mode` (default "auto"), and one
+            weight, the same kind for every source: `proportion`, `repeat` or
+            `choose`. Folders of loose files mix as files (see
+            `air_core.FileStream`), tables of one schema as rows (see
+            `air_core.RowStream`); `mode="files"` reads every source as files.
+            Each execution is an epoch of the mixture (the next one with
+            `shuffle="files"` or a reseeding `FileShuffleConfig`; epoch 0
+            otherwise), each source's share exactly; an item (a file, a row
+            group or span) is read on the same node in every execution that
+            holds it.
         epoch_size: a mixture of proportions: its items per epoch (default:
             the sources' sizes added up).
 
@@ -185,7 +189,7 @@ class UCVolumeDatasource(Datasource):
         self._rank, self._world_size = detect_rank(rank, world_size)
         Grid(self._rank, self._world_size)
         self._equalize = equalize
-        self._source: Source | MixedSource
+        self._source: Source | MixedSource | MixedTable
         if sources is None:
             if epoch_size is not None:
                 raise OptionError("epoch_size= sizes a mixture: give sources=[...], or leave it unset")
@@ -199,9 +203,10 @@ class UCVolumeDatasource(Datasource):
                                      ("schema", schema), ("delimiter", delimiter), ("sample_by", sample_by))
                       if v is not None]
             if beside or mode not in ("auto", "files"):
-                raise OptionError(f"sources= is a mixture of folders read as files, each named with its selection "
-                                  f"in its dict: give {beside[0] + '=' if beside else 'mode='} there, not beside it")
-            self._source = resolve_sources(sources, epoch_size=epoch_size, cache_dir=cache_dir)
+                raise OptionError(f"sources= is a mixture of folders, each named with its selection in its dict: "
+                                  f"give {beside[0] + '=' if beside else 'mode='} there, not beside it")
+            resolve = resolve_sources if mode == "files" else resolve_mixture
+            self._source = resolve(sources, epoch_size=epoch_size, cache_dir=cache_dir)
         reader = self._source.reader
         reader.check(on_error=on_error, include_bytes=include_bytes)
         self._tables = isinstance(reader, TableReader)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import collections
 import io
+import json
 import os
 import pickle
 import shutil
@@ -451,6 +452,36 @@ def test_a_mixture_reads_each_sources_share_in_equal_shards(volume, hf_cache):
     assert all(len(r["bytes"]) == r["size"] for rows in by_rank for r in rows)
 
 
+def test_a_prepared_mixture_is_prepared_again_when_a_later_source_changes(volume, hf_cache):
+    volume.files("chat", 10)
+    volume.files("safety", 3)
+    sources = [{"path": volume.path("chat"), "repeat": 1}, {"path": volume.path("safety"), "repeat": 1}]
+    assert len(load_dataset("uc-volume", sources=sources, split="train", cache_dir=hf_cache)) == 13
+    volume.write("safety/class0/more.bin", b"more")  # the same options and first source: the cache id must differ
+    assert len(load_dataset("uc-volume", sources=sources, split="train", cache_dir=hf_cache)) == 14
+
+
+def test_a_mixture_of_tables_reads_each_sources_rows_in_equal_shards(volume, hf_cache):
+    for f in range(2):
+        path = volume.local(f"chat/part-{f}.parquet")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        pq.write_table(pa.table({"id": list(range(30 * f, 30 * f + 30)), "src": ["chat"] * 30}), path,
+                       row_group_size=8)
+    volume.write("code/a.jsonl", "".join(json.dumps({"id": 100 + i, "src": "code"}) + "\n" for i in range(9)))
+    sources = [{"path": volume.path("chat"), "choose": 40}, {"path": volume.path("code"), "choose": 18}]
+    ds = load_dataset("uc-volume", sources=sources, split="train", streaming=True, cache_dir=hf_cache,
+                      world_size=2, num_workers=2, equalize="pad", shuffle=True)
+    assert ds.features == datasets.Features({"id": datasets.Value("int64"), "src": datasets.Value("string")})
+    by_rank = [[r["id"] for r in air_hf.split_for_rank(ds, rank=r, world_size=2)] for r in range(2)]
+    assert [len(rows) for rows in by_rank] == [30, 30]  # 58 rows (40 of chat's 60, code's 9 twice) in 4 shards of 15
+    got = collections.Counter(i for rows in by_rank for i in rows)
+    assert len([i for i in got if i < 100]) == 40 and {i for i in got if i >= 100} == set(range(100, 109))
+    prepared = load_dataset("uc-volume", sources=sources, split="train", cache_dir=hf_cache, shuffle=True)
+    got = collections.Counter(prepared["id"])  # without equalize: the epoch's rows, exactly
+    assert sorted(c for i, c in got.items() if i < 100) == [1] * 40
+    assert {i: c for i, c in got.items() if i >= 100} == {100 + i: 2 for i in range(9)}
+
+
 def test_a_mixture_refuses_what_it_does_not_read_yet(volume, hf_cache):
     volume.files("chat", 4)
     sources = [{"path": volume.path("chat"), "repeat": 1}]
@@ -462,3 +493,13 @@ def test_a_mixture_refuses_what_it_does_not_read_yet(volume, hf_cache):
     with pytest.raises(OptionError, match=r"sources\[0\] .*exactly one weight"):
         load_dataset("uc-volume", sources=[{"path": volume.path("chat")}], split="train", streaming=True,
                      cache_dir=hf_cache)
+    volume.write("rows/a.jsonl", '{"x": 1}\n')
+    with pytest.raises(OptionError, match=r"sources\[0\] \(.*chat\) is read as loose files but sources\[1\] "
+                                          r"\(.*rows\) as a table's rows \(mode 'json'\)"):
+        load_dataset("uc-volume", sources=sources + [{"path": volume.path("rows"), "repeat": 1}],
+                     split="train", streaming=True, cache_dir=hf_cache)
+    as_files = load_dataset("uc-volume", sources=sources + [{"path": volume.path("rows"), "repeat": 1}], mode="files",
+                            split="train", streaming=True, cache_dir=hf_cache)
+    assert sorted(r["path"].rsplit("/", 1)[1] for r in as_files) == ["a.jsonl"] + [f"f{i:05d}.bin" for i in range(4)]
+    with pytest.raises(OptionError, match="mode='json' beside sources=: give mode= in each source's dict"):
+        load_dataset("uc-volume", sources=sources, mode="json", split="train", streaming=True, cache_dir=hf_cache)

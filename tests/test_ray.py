@@ -475,6 +475,46 @@ def test_a_mixtures_read_tasks_read_each_sources_share_per_execution(volume):
     assert len(chat) == 50 and set(chat.values()) == {1}  # 2 x 25 of 50: every file once
 
 
+def test_a_mixture_of_tables_reads_each_sources_rows_per_execution(volume):
+    for f in range(2):
+        path = volume.local(f"chat/part-{f}.parquet")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        ids = list(range(60 * f, 60 * f + 60))
+        pq.write_table(pa.table({"id": ids, "text": [f"row {i}" for i in ids]}), path, row_group_size=8)
+    volume.write("code/a.jsonl", "".join(json.dumps({"id": 1000 + i, "text": f"row {1000 + i}"}) + "\n"
+                                         for i in range(9)))
+    sources = [{"path": volume.path("chat"), "choose": 50}, {"path": volume.path("code"), "choose": 18}]
+    write_table(volume, "hive")
+    with pytest.raises(OptionError, match=r"sources\[0\] \(.*hive\) holds rows of \(id: int64, text: string, split"):
+        UCVolumeDatasource(sources=[{"path": volume.path("hive"), "choose": 5}] + sources)
+    source = UCVolumeDatasource(sources=sources, shuffle=FileShuffleConfig(seed=3))
+    chat = Counter()
+    context = DataContext.get_current()
+    for execution in range(2):
+        saved, context._execution_idx = context._execution_idx, execution
+        try:
+            tasks = source.get_read_tasks(3, data_context=context)
+        finally:
+            context._execution_idx = saved
+        assert sum(t.metadata.num_rows for t in tasks) == 68
+        got = Counter(i for t in tasks for block in t() for i in block.column("id").to_pylist())
+        assert {i: c for i, c in got.items() if i >= 1000} == {1000 + i: 2 for i in range(9)}
+        chat.update(i for i in got if i < 1000)
+    assert len(chat) == 100 and set(chat.values()) == {1}  # 2 x 50 of 120 rows: none twice
+
+
+@pytest.mark.slow
+def test_a_mixture_of_tables_through_read_uc_volume_gives_ranks_equal_shares(volume, ray_cluster):
+    write_table(volume, "a", rows=30, row_group=8)  # 120 rows, ids 0..119
+    write_table(volume, "b", files_per_split=1, rows=7)  # 14 rows, ids 0..13
+    sources = [{"path": volume.path("a"), "proportion": 0.8}, {"path": volume.path("b"), "proportion": 0.2}]
+    got = [read_uc_volume(sources=sources, epoch_size=50, rank=r, world_size=2, equalize="pad",
+                          include_paths=True).take_all() for r in range(2)]
+    assert [len(g) for g in got] == [25, 25]
+    every = Counter(row["path"].split("/")[5] for g in got for row in g)
+    assert every == {"a": 40, "b": 10}
+
+
 @pytest.mark.slow
 def test_a_mixture_through_read_uc_volume_gives_ranks_equal_shares(volume, ray_cluster):
     sources = mixture(volume)
@@ -487,6 +527,12 @@ def test_a_mixture_through_read_uc_volume_gives_ranks_equal_shares(volume, ray_c
     assert sum(c for p, c in every.items() if "/safety/" in p) in (8, 9)
 
 
-def test_a_mixture_refuses_a_selection_beside_its_sources(volume):
+def test_a_mixture_refuses_a_selection_beside_its_sources_and_files_beside_tables(volume):
     with pytest.raises(OptionError, match="give include= there"):
         UCVolumeDatasource(sources=mixture(volume), include="*.bin")
+    with pytest.raises(OptionError, match="give mode= there"):
+        UCVolumeDatasource(sources=mixture(volume), mode="parquet")
+    write_table(volume, "table")
+    with pytest.raises(OptionError, match=r"sources\[0\] \(.*chat\) is read as loose files but sources\[2\] "
+                                          r"\(.*table\) as a table's rows \(mode 'parquet'\)"):
+        read_uc_volume(sources=mixture(volume) + [{"path": volume.path("table"), "choose": 5, "mode": "auto"}])

@@ -144,11 +144,23 @@ def test_items_taken_again_are_read_on_the_same_rank(mix):
     assert usual >= 0.85 * sum(sum(c.values()) for c in ranks.values())
 
 
-def test_a_state_of_another_mixture_is_refused(mix):
-    s = FileStream(sources=specs(mix, "repeat", [1, 1, 1]))
-    other = FileStream(sources=specs(mix, "repeat", [1, 1, 2]))
-    with pytest.raises(StateError, match="different listing"):
-        other.load_state_dict(s.state_dict())
+def test_a_state_of_another_mixture_is_refused_saying_what_changed(mix):
+    state = FileStream(sources=specs(mix, "repeat", [1, 1, 1])).state_dict()
+    with pytest.raises(StateError, match="saved with 60, 30, 7 items per epoch from the sources, this mixture "
+                                         "gives 60, 30, 14 .*weights or epoch_size changed"):
+        FileStream(sources=specs(mix, "repeat", [1, 1, 2])).load_state_dict(state)
+    with pytest.raises(StateError, match="a mixture of 3 sources, this one has 2"):
+        FileStream(sources=specs(mix, "repeat", [1, 1])).load_state_dict(state)
+    with pytest.raises(StateError, match=r"not this mixture of \[.*chat, .*code, .*safety\]"):
+        FileStream(sources=specs(mix, "repeat", [1, 1, 1])).load_state_dict(
+            FileStream(mix.path("chat")).state_dict())
+    with pytest.raises(StateError, match=r"different listing of .*chat .*the folder changed since"):
+        FileStream(mix.path("chat")).load_state_dict(state)
+    mix.write("code/class0/new.bin", b"more")
+    with pytest.raises(StateError, match=r"^sources\[1\] \(.*code\): its files are not the ones the state was saved "
+                                         "over"):
+        FileStream(sources=specs(mix, "repeat", [1, 1, 1])).load_state_dict(state)
+    assert len(json.dumps(state)) < 1000
 
 
 @pytest.mark.parametrize("sources, error, words", [
@@ -165,7 +177,7 @@ def test_a_state_of_another_mixture_is_refused(mix):
     ([{"path": "chat", "choose": 5, "shufle": True}], OptionError, r"unknown option 'shufle'.*sources\[0\]"),
     ([{"path": "chat", "choose": 5}, {"path": "nowhere", "choose": 5}], VolumePathError, "nowhere"),
     ([{"path": "chat", "choose": 5}, {"path": "empty", "choose": 5}], EmptyVolumeError, "empty"),
-    ([{"path": "chat", "choose": 5, "delta_table": "main.ml.t"}], OptionError, "loose files"),
+    ([{"path": "chat", "choose": 5, "delta_table": "main.ml.t"}], OptionError, "not read in a mixture yet"),
 ])
 def test_bad_sources_are_refused_naming_the_source(mix, sources, error, words):
     (mix.local("empty")).mkdir()

@@ -34,6 +34,10 @@ bytes differ by a per cent or two (2,000 to 100,000 items over 4 to 8
 ranks), against ~0 for a deal by size alone, which would move most items
 between ranks from one epoch to the next. A source read whole every epoch
 (`repeat` a whole number) is balanced as one folder is.
+
+A mixture of tables counts rows: `row_ranges` walks a source's units (row
+groups, spans) the same way, each unit's rows in order, and gives an epoch's
+rows as ranges of units (`air_core.mixed_table` deals them).
 """
 
 from __future__ import annotations
@@ -42,6 +46,7 @@ import hashlib
 import math
 import numbers
 from fractions import Fraction
+from functools import cached_property
 from typing import Literal, Sequence
 
 import numpy as np
@@ -51,6 +56,7 @@ from .shares import _lane_count, _snake_lanes, largest_first
 
 Weight = Literal["proportion", "repeat", "choose"]
 WEIGHTS = ("proportion", "repeat", "choose")
+_EPOCHS_HELD = 2
 
 
 def source_counts(sizes: Sequence[int], kind: Weight, weights: Sequence[float], *, epoch_size: int | None = None,
@@ -125,68 +131,177 @@ def picks(n: int, k: int, *, seed: int, epoch: int, source: int) -> np.ndarray:
     rest = [_cycle_part(n, seed, source, cycle, at, min(at + r, n))]
     if at + r > n:
         rest.append(_cycle_part(n, seed, source, cycle + 1, 0, at + r - n))
-    out = np.concatenate([np.repeat(np.arange(n, dtype=np.int64), whole), *rest])
+    drawn = np.concatenate(rest)
+    if not whole:
+        drawn.sort()
+        return drawn
+    if not r:
+        return np.repeat(np.arange(n, dtype=np.int64), whole)
+    # Each item's count, in one pass: no sort of the whole source's repeats.
+    return np.repeat(np.arange(n, dtype=np.int64), np.bincount(drawn, minlength=n) + whole)
+
+
+def row_ranges(rows: Sequence[int], k: int, *, seed: int, epoch: int, source: int) -> list[tuple[int, int, int]]:
+    """The rows that a table source whose units (row groups, spans) hold `rows` rows each gives `epoch`, `k` in
+    all, as (unit, start, stop) ranges of its units' rows, in the units' order (a unit's repeats side by side).
+
+    As `picks` does with items, over rows: every unit whole ⌊k/N⌋ times (N
+    rows in all), and the next k mod N rows of the source's walk over its
+    cycles of seeded permutations of its units, each unit's rows in order. A
+    unit the walk cuts gives the rest of its rows to the next epoch, so every
+    row is taken once before any is taken again.
+    """
+    sizes = np.asarray(rows, dtype=np.int64)
+    total = int(sizes.sum())
+    whole, r = divmod(k, total)
+    out = [(u, 0, int(sizes[u])) for u in np.flatnonzero(sizes).tolist() for _ in range(whole)]
+    cycle, at = divmod(epoch * r, total)
+    out += _walk(sizes, seed, source, cycle, at, min(at + r, total))
+    if at + r > total:
+        out += _walk(sizes, seed, source, cycle + 1, 0, at + r - total)
     out.sort()
     return out
 
 
-def _cycle_part(n: int, seed: int, source: int, cycle: int, lo: int, hi: int) -> np.ndarray:
-    """The items at positions [lo, hi) of the source's permutation `cycle`, in no particular order.
-
-    The permutation sorts the items by the raw output of a PCG64 seeded by
-    (seed, source, cycle), whose stream NumPy keeps stable across versions, the
-    item in a key's low bits so the keys are distinct. Only which items lie in
-    [lo, hi) is needed: a partition finds them in one pass, no sort.
-    """
+def _walk(rows: np.ndarray, seed: int, source: int, cycle: int, lo: int, hi: int) -> list[tuple[int, int, int]]:
+    """Rows [lo, hi) of the cycle's walk (its units in a seeded order, each unit's rows in order), as
+    (unit, start, stop) ranges."""
     if hi <= lo:
-        return np.zeros(0, np.int64)
+        return []
+    keys = _cycle_keys(len(rows), seed, source, cycle)
+    keys.sort()
+    order = (keys & np.uint64((1 << (len(rows) - 1).bit_length()) - 1)).astype(np.int64)
+    ends = np.cumsum(rows[order])
+    starts = ends - rows[order]
+    out = []
+    for p in range(int(np.searchsorted(ends, lo, side="right")), int(np.searchsorted(starts, hi, side="left"))):
+        a, b = max(lo, int(starts[p])), min(hi, int(ends[p]))
+        if a < b:
+            out.append((int(order[p]), a - int(starts[p]), b - int(starts[p])))
+    return out
+
+
+def _cycle_keys(n: int, seed: int, source: int, cycle: int) -> np.ndarray:
+    """The sort keys of the source's permutation `cycle`: the raw output of a PCG64 seeded by (seed, source,
+    cycle), whose stream NumPy keeps stable across versions, the item in a key's low bits so the keys are
+    distinct."""
     digest = hashlib.sha256(f"air-mix:{seed}:{source}:{cycle}".encode()).digest()
     keys = np.random.PCG64(int.from_bytes(digest, "little")).random_raw(n)
     bits = (n - 1).bit_length()
     keys >>= np.uint64(bits)
     keys <<= np.uint64(bits)
     keys |= np.arange(n, dtype=np.uint64)
+    return keys
+
+
+def _cycle_part(n: int, seed: int, source: int, cycle: int, lo: int, hi: int) -> np.ndarray:
+    """The items at positions [lo, hi) of the source's permutation `cycle` (`_cycle_keys` sorted), in no
+    particular order: a partition finds them in one pass, no sort."""
+    if hi <= lo:
+        return np.zeros(0, np.int64)
+    keys = _cycle_keys(n, seed, source, cycle)
     if lo or hi < n:  # else all of them
         keys = np.partition(keys, ([lo] if lo else []) + ([hi - 1] if hi < n else []))[lo:hi]
-    keys &= np.uint64((1 << bits) - 1)
+    keys &= np.uint64((1 << (n - 1).bit_length()) - 1)
     return keys.view(np.int64)
 
 
-class Epoch:
-    """One epoch of a mixture: its slots (the items it holds, with repeats) and their deal order.
+class Mixture:
+    """A mixture's sources as its planner sees them, and what its epochs share, computed once for all of them.
 
     Args:
         sizes: every source's items' sizes (bytes), one array per source, in the sources' order.
         counts: the items each source holds per epoch (`source_counts`).
-        epoch, seed: which epoch, and the mixture's seed (the same on every rank).
         by_size: each source's `shares.largest_first` order, when its listing carries it.
 
     Attributes:
-        offsets: where each source's items start in the mixture's listing.
-        items: the slots' items (numbered in the mixture's listing), the
-            sources' picks interleaved evenly (source i's j-th pick at
-            (j + ½)/kᵢ of the way), so that an unshuffled epoch alternates
-            them in their proportions.
-        sizes: the slots' sizes.
+        offsets: where each source's items start in the mixture's listing (and, last, its length).
     """
 
-    def __init__(self, sizes: Sequence[np.ndarray], counts: Sequence[int], *, epoch: int, seed: int,
+    def __init__(self, sizes: Sequence[np.ndarray], counts: Sequence[int], *,
                  by_size: Sequence[np.ndarray] | None = None) -> None:
-        lengths = [len(s) for s in sizes]
-        self._by_size = by_size if by_size is not None else [largest_first(np.asarray(s, np.int64)) for s in sizes]
-        self.offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
-        self._chosen = [picks(n, k, seed=seed, epoch=epoch, source=i) for i, (n, k) in enumerate(zip(lengths, counts))]
-        where = np.concatenate([(np.arange(k) + 0.5) / k for k in counts if k])
-        # Each source's keys are ascending: a stable sort merges the runs (ties go to the earlier source).
-        self._interleave = np.argsort(where, kind="stable")
+        self.sizes = [np.asarray(s, dtype=np.int64) for s in sizes]
+        self.counts = [int(k) for k in counts]
+        self.by_size = list(by_size) if by_size is not None else [largest_first(s) for s in self.sizes]
+        self.offsets = np.concatenate([[0], np.cumsum([len(s) for s in self.sizes])]).astype(np.int64)
+        self._homes: dict[int, list[np.ndarray]] = {}
+        self._epochs: dict[tuple[int, int], Epoch] = {}
+
+    def epoch(self, epoch: int, seed: int) -> Epoch:
+        """The items of `epoch` (the last few asked are kept: a pass plans, counts and reads one)."""
+        key = (epoch, seed)
+        if key not in self._epochs:
+            while len(self._epochs) >= _EPOCHS_HELD:
+                del self._epochs[next(iter(self._epochs))]
+            self._epochs[key] = Epoch(self, epoch=epoch, seed=seed)
+        return self._epochs[key]
+
+    @cached_property
+    def interleave(self) -> np.ndarray:
+        """The epoch's slots, as positions among the sources' picks laid end to end (the counts alone fix it).
+
+        Source i's j-th pick sits at (j + ½)/kᵢ of the way: each source's keys
+        ascend, so a stable sort merges the runs (ties go to the earlier source).
+        """
+        where = np.empty(sum(self.counts))
+        start = 0
+        for k in self.counts:  # in place: at 10**7 slots each temporary array costs as much as the sort
+            np.divide(np.arange(0.5, k), k, out=where[start:start + k])
+            start += k
+        return np.argsort(where, kind="stable")
+
+    def homes(self, world_size: int) -> list[np.ndarray]:
+        """Every source's items' home ranks over `world_size` ranks: each source's own bytes deal, by size alone."""
+        if world_size not in self._homes:
+            small = np.min_scalar_type(world_size)  # in 8 or 16 bits a stable sort of ranks is a radix sort: one pass
+            homes = []
+            for order in self.by_size:  # each source's own deal: balanced, whatever its share
+                home = np.empty(len(order), small)
+                home[order] = _snake_lanes(world_size, len(order))
+                homes.append(home)
+            self._homes[world_size] = homes
+        return self._homes[world_size]
+
+
+class Epoch:
+    """One epoch of a mixture (make one with `Mixture.epoch`): its slots, the items it holds, with repeats,
+    and their deal order.
+
+    Attributes:
+        offsets: where each source's items start in the mixture's listing.
+        sizes: the slots' sizes.
+        items: the slots' items (numbered in the mixture's listing), the
+            sources' picks interleaved evenly (`Mixture.interleave`), so that
+            an unshuffled epoch alternates them in their proportions.
+    """
+
+    def __init__(self, mixture: Mixture, *, epoch: int, seed: int) -> None:
+        self.mixture, self.offsets = mixture, mixture.offsets
+        self._chosen = [picks(len(s), k, seed=seed, epoch=epoch, source=i)
+                        for i, (s, k) in enumerate(zip(mixture.sizes, mixture.counts))]
         # Gathered source by source, in ascending order (a pass each), then interleaved: one random gather.
-        self.items = self._interleaved([c + off for c, off in zip(self._chosen, self.offsets.tolist())])
-        self.sizes = self._interleaved([np.asarray(s, dtype=np.int64)[c] for s, c in zip(sizes, self._chosen)])
+        self.sizes = self._interleaved([s[c] for s, c in zip(mixture.sizes, self._chosen)])
         self._orders: dict[int, np.ndarray] = {}
 
     def _interleaved(self, per_source: list[np.ndarray]) -> np.ndarray:
         """The slots' values, from each source's values of its picks."""
-        return np.concatenate(per_source)[self._interleave]
+        return np.concatenate(per_source)[self.mixture.interleave]
+
+    @cached_property
+    def items(self) -> np.ndarray:
+        """Every slot's item (a stream's plan gathers its own slots' with `items_at`)."""
+        return self._interleaved([c + off for c, off in zip(self._chosen, self.offsets.tolist())])
+
+    def items_at(self, slots: np.ndarray) -> np.ndarray:
+        """The items of `slots` (a stream's few, without gathering every slot's item)."""
+        at = self.mixture.interleave[slots]
+        starts = np.cumsum([0] + self.mixture.counts)
+        source = np.searchsorted(starts, at, side="right") - 1
+        out = np.empty(len(at), np.int64)
+        for s in np.unique(source).tolist():
+            mine = source == s
+            out[mine] = self._chosen[s][at[mine] - starts[s]] + self.offsets[s]
+        return out
 
     def source_of(self, items: np.ndarray) -> np.ndarray:
         """The source each of `items` (numbered in the mixture's listing) comes from."""
@@ -205,26 +320,51 @@ class Epoch:
         return self._orders[world_size]
 
     def _deal_order(self, world_size: int) -> np.ndarray:
-        n = len(self.items)
-        by_size = largest_first(self.sizes.copy())
+        n = len(self.sizes)
         if world_size == 1 or not n:
-            return by_size
-        small = np.min_scalar_type(world_size)  # in 8 or 16 bits numpy's stable sort is a radix sort: one pass
-        homes = []
-        for order, chosen in zip(self._by_size, self._chosen):  # each source's own deal: balanced, whatever its share
-            home = np.empty(len(order), small)
-            home[order] = _snake_lanes(world_size, len(order))
-            homes.append(home[chosen])
-        rank = self._interleaved(homes)
+            return largest_first(self.sizes)
+        rank = self._interleaved([h[c] for h, c in zip(self.mixture.homes(world_size), self._chosen)])
         want = np.array([_lane_count(world_size, r, n) for r in range(world_size)])
         drawn = np.bincount(rank, minlength=world_size)
         if (drawn != want).any():
             rank = _evened(rank, self.sizes, drawn, want)
-        grouped = by_size[np.argsort(rank[by_size], kind="stable")]  # rank by rank, largest first
-        order = np.empty(n, np.int64)
-        # The snake's positions, rank by rank, each rank's ascending.
-        order[np.argsort(_snake_lanes(world_size, n).astype(small), kind="stable")] = grouped
-        return order
+        return _by_rank_largest_first(rank, self.sizes)[_snake_gather(np.cumsum(want) - want, n)]
+
+
+def _by_rank_largest_first(rank: np.ndarray, sizes: np.ndarray) -> np.ndarray:
+    """The slots rank by rank, each rank's largest first, ties by slot.
+
+    (rank, size, slot) packed in one int64 and sorted as plain values: one
+    sort, no gathers of sizes rank by rank (at 10**7 slots a gather costs as
+    much as a sort).
+    """
+    n = len(sizes)
+    largest = int(sizes.max())
+    slot_bits, size_bits = (n - 1).bit_length(), largest.bit_length()
+    if slot_bits + size_bits + int(rank.max()).bit_length() > 63:  # files of many GB among many slots
+        return np.lexsort((-sizes, rank))
+    keys = rank.astype(np.int64) << (size_bits + slot_bits)
+    keys |= (largest - sizes) << slot_bits
+    keys |= np.arange(n)
+    keys.sort()
+    keys &= (1 << slot_bits) - 1
+    return keys
+
+
+def _snake_gather(starts: np.ndarray, n: int) -> np.ndarray:
+    """For each of n positions of the snake deal over len(starts) ranks, where its slot lies among slots grouped
+    rank by rank (rank r's from `starts[r]`, in the order r takes them).
+
+    Round k of the snake (positions 2Rk .. 2Rk + 2R - 1) gives rank q its
+    (2k)-th slot at column q and rank 2R-1-q its (2k+1)-th at column q >= R:
+    one table of rounds × columns, no sort.
+    """
+    parts = len(starts)
+    column = np.arange(2 * parts)
+    lane = np.where(column < parts, column, 2 * parts - 1 - column)
+    first = starts[lane] + (column >= parts)
+    rounds = -(-n // (2 * parts))
+    return (2 * np.arange(rounds, dtype=np.int64)[:, None] + first[None, :]).ravel()[:n]
 
 
 def _evened(rank: np.ndarray, sizes: np.ndarray, drawn: np.ndarray, want: np.ndarray) -> np.ndarray:
