@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
@@ -170,7 +171,7 @@ class MixedSource(Mixed):
                                             by_size=[m.largest_first for m in manifests])
         return self._mixture.epoch(epoch, seed)
 
-    @property
+    @cached_property
     def offsets(self) -> np.ndarray:
         """Where each source's items start in the mixture's listing (and, last, its length)."""
         return np.concatenate([[0], np.cumsum([len(s.manifest) for s in self.sources])]).astype(np.int64)
@@ -179,12 +180,18 @@ class MixedSource(Mixed):
         """(source, positions in `items`, listing positions in the source) of the `items` of each source."""
         offsets = self.offsets
         which = np.searchsorted(offsets, items, side="right") - 1
+        if len(which) and which[0] == which[-1] and (which == which[0]).all():  # a run of one source's items
+            s = int(which[0])
+            yield s, np.arange(len(items)), items - offsets[s]
+            return
         for s in np.unique(which).tolist():
             at = np.flatnonzero(which == s)
             yield s, at, items[at] - offsets[s]
 
     def __getstate__(self) -> dict:
-        return {**self.__dict__, "_mixture": None}
+        state = {**self.__dict__, "_mixture": None}
+        state.pop("offsets", None)
+        return state
 
 
 class MixtureReader:

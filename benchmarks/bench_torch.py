@@ -119,7 +119,7 @@ def plain_batches():
 
 
 steps = {
-    "decode rows (128 at a time)": lambda: [m.rows(c) for c in chunked(items)],
+    "decode rows (up to 512 at a time)": lambda: [m.rows(c) for c in chunked(items)],
     "entry path (remembered)": lambda: [_entry_path(cache._objects, v, s, t, None) for v, s, t in rows],
     "stat of the copy": lambda: [os.stat(c) for c in copies],
     "Cache.lookup_run (path, stat, length check, count)": lambda: cache.lookup_run(rows),

@@ -198,7 +198,7 @@ def read_rows(
 
 
 Row = tuple[int, str, str, int, int]  # (index, volume path, local path, size, mtime_ns)
-ROWS_AT_ONCE = 128
+ROWS_AT_ONCE = 512
 _new_tuple = tuple.__new__  # a named tuple's own constructor is a Python function: too slow for a warm item
 
 
