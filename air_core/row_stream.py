@@ -196,7 +196,7 @@ class RowStream(Stream):
                 yield first + k, rows
         self._consumed[:] = [first + len(left), 0]
 
-    def state_dict(self) -> dict:
+    def state_dict(self) -> resume.StreamState:
         """Where iteration stands: plain data, enough to resume exactly once.
 
         `air_core.run_state` gathers every stream's state into one that resumes on any grid.

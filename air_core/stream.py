@@ -185,7 +185,7 @@ class FileStream(Stream):
                 self.skipped.append(r.path)
             yield r
 
-    def state_dict(self) -> dict:
+    def state_dict(self) -> resume.StreamState:
         """Where iteration stands: plain data, enough to resume exactly-once.
 
         `air_core.run_state` gathers every stream's state into one that resumes

@@ -1,14 +1,12 @@
 """Resuming a run mid-epoch: what it delivered, and who reads the rest. Pure: dicts and numbers in, lists out.
 
-A run's state is
-
-    {"version": 3, "epoch": e, "fingerprint": ..., "options": {...}, "resumed_from": <run state> or None,
-     "streams": [{"grid": [rank, world_size, worker, num_workers], "consumed": n}, ...]}
-
-Each stream delivered the first `consumed` items of its plan, and the plans of
-a resumed run share out what `resumed_from` had left, so resumes chain. (A
-stream may carry its own `resumed_from` instead: `state_dict()`s gathered as
-they are.)
+A stream's state (`StreamState`, what `FileStream.state_dict()` and
+`RowStream.state_dict()` give) and a run's (`RunState`, what `run_state`
+gathers from them) are plain dicts of the shapes declared below: each stream
+delivered the first `consumed` items of its plan (a `RowStream`: whole runs,
+then rows of the next), and the plans of a resumed run share out what
+`resumed_from` had left, so resumes chain. (A stream may carry its own
+`resumed_from` instead: `state_dict()`s gathered as they are.)
 
 Who reads the rest: on as many ranks as the run had, each rank keeps what is
 left of its own share, so every node's cache still holds the files it reads.
@@ -22,13 +20,52 @@ versions 1 and 2 called them `plan`, and `upgrade` renames them.
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from typing import Callable, Sequence, TypedDict
 
 import numpy as np
 
 from ..errors import StateError
 from ..grid import Grid
 from .shares import Balance, Deal, Epoch, Equalize, worker_parts
+
+class Options(TypedDict):
+    """A plan's options: the same in every stream of a run."""
+
+    seed: int
+    shuffle: bool
+    balance: str
+    equalize: str
+
+
+class StreamPosition(TypedDict):
+    """Where one stream of a run stands: its place in the grid, [rank, world_size, worker, num_workers], and what it
+    delivered (`FileStream`: items; `RowStream`: [whole runs, rows of the next])."""
+
+    grid: list[int]
+    consumed: int | list[int]
+
+
+class StreamState(StreamPosition):
+    """One stream's `state_dict()`: its position, the plan it is in, and the files or records it left out."""
+
+    version: int
+    epoch: int
+    fingerprint: str
+    options: Options
+    skipped: list
+    resumed_from: RunState | None
+
+
+class RunState(TypedDict):
+    """A whole run's state (`run_state`): every stream's position in one plan, the run it resumed, if any."""
+
+    version: int
+    epoch: int
+    fingerprint: str
+    options: Options
+    resumed_from: RunState | None
+    streams: list[StreamPosition]
+
 
 # 2: a resume on as many ranks keeps each rank on its own share; version 1 dealt
 # the rest again, so its chained resumes would be read as other plans than ran.
@@ -81,7 +118,7 @@ def _renamed(state: dict) -> dict:
     return out
 
 
-def run_state(states: Sequence[dict]) -> dict:
+def run_state(states: Sequence[StreamState]) -> RunState:
     """A whole run's state from every stream's `state_dict()`, for resuming on any grid.
 
     The streams of one run were resumed from the same state (or none), so their
