@@ -446,6 +446,19 @@ def test_a_checkpoint_past_a_full_cache_is_read_from_the_api(files_api, request)
     assert {r.path.rsplit("/", 1)[1] for r in _data_requests(files_api.server)} == {".metadata", "__0_0.distcp"}
 
 
+def test_files_past_a_full_cache_come_in_memory_with_no_local_path(files_api, request):
+    torch_mod = pytest.importorskip("air_core.torch")
+    v = files_api
+    want = sorted(v.local(p[len(v.vol) + 1:]).read_bytes() for p in v.files("imgs", 8))
+    request.getfixturevalue("full_cache")
+    files = list(air_core.FileStream(v.path("imgs")))
+    assert all(not f.cached and f.local_path == "" for f in files)  # the volume path is no local file here
+    assert sorted(f.read_bytes() for f in files) == want
+    items = list(torch_mod.UCVolumeDataset(v.path("imgs")))  # in-memory files named for their volume paths
+    assert sorted(item.read() for item in items) == want
+    assert sorted(item.name for item in items) == sorted(f.path for f in files)
+
+
 def test_one_key_per_file_whether_listed_or_stat_ed(files_api):
     v = files_api
     v.write("d/a.bin", b"a" * 1000)

@@ -16,6 +16,7 @@ from typing import Iterable, Iterator, Literal, NamedTuple
 from .. import dist, volume
 from ..errors import FetchError
 from ..manifest import Manifest
+from . import transport
 from .cache import Cache, read_bytes, read_fd
 from .fetch import ordered_map, retrying
 
@@ -49,8 +50,9 @@ class CachedFile(NamedTuple):
     Attributes:
         path: the volume path (`/Volumes/c/s/v/...`).
         local_path: a local path to read: the cached copy, or the volume file
-            itself when the cache was full (then `cached` is False); empty for
-            a file read from a pack, whose bytes are in `data`.
+            itself when the cache was full (then `cached` is False); empty
+            where no local file holds it (a file read from a pack, or streamed
+            past a full cache over the Files API): its bytes are in `data`.
         size: size in bytes.
         index: the file's index in the manifest.
         cached: whether `local_path` is a node-local cached copy.
@@ -157,6 +159,8 @@ def read_rows(
     """`read_items` of files given as chunks of rows (see `chunked`), which may come from several listings
     (a mixture's)."""
 
+    mounted = transport.remote() is None  # over the Files API a volume file has no local path
+
     def fetch(item: Row) -> CachedFile:
         i, vpath, src, size, mtime = item
 
@@ -164,7 +168,8 @@ def read_rows(
             entry = cache.get(src, vpath, size, mtime)
             if entry is not None:
                 return CachedFile(vpath, entry, size, i)
-            return CachedFile(vpath, src, size, i, cached=False, data=read_bytes(src, vpath, size, mtime))
+            return CachedFile(vpath, src if mounted else "", size, i, cached=False,
+                              data=read_bytes(src, vpath, size, mtime))
 
         try:
             return retrying(once, vpath)
