@@ -11,7 +11,8 @@ JVM; `deltalake_engine`), the default, and Spark (classic or Connect;
 write with only what object storage offers (no links, locks, folder renames
 or appends): each export is written into a folder of its own under
 `dest/_exports/`, then `dest/_air_export.json`, a pointer written whole and
-renamed into place, names it. A reader never sees half an export, a killed
+renamed into place (over the Files API: each file staged on local disk and
+put whole, the pointer last), names it. A reader never sees half an export, a killed
 export leaves the previous one served, and an export replaced an hour ago
 or more is removed by the next export.
 

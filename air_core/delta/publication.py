@@ -33,6 +33,12 @@ Promises:
 - Exports replaced more than `GRACE_SECONDS` ago, and leftovers of killed or
   losing exporters untouched for that long, are removed by a later export.
 
+Over the Files API (`air_core.io.transport`), where nothing is renamed,
+the same layout is written with whole-object `PUT`s: each part is written
+on local disk and put as soon as the engine finishes it, then the pointer
+is put last (a `PUT` is whole or nothing, so it needs no temporary name).
+Listing, stat and delete for reuse and the sweep go through the transport.
+
 A reader that does not use this library (`load_dataset("parquet",
 data_dir=...)`, `spark.read.parquet`) is given the current export's folder:
 `ExportResult.path`, `current_export(dest)`, or `dest` joined with the
