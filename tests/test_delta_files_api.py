@@ -210,3 +210,21 @@ def test_an_export_killed_mid_upload_never_serves_half_an_export(files_api, tmp_
     done = export_delta(str(table), new_dest, rows_per_file=50, rows_per_row_group=25)
     assert (done.rows, done.skipped) == (400, False) and by_id(air_core.RowStream(new_dest)) == by_id(rows(range(400)))
     assert len(exports_of(v, "exports/fresh")) == (2 if kill_at else 1)  # a killed one's folder waits out its grace
+
+
+@pytest.mark.slow
+def test_ray_exports_over_files_api_with_delta_table(files_api, tmp_path, ray_cluster):
+    v, s = files_api, files_api.server
+    table = tmp_path / "t"
+    append(table, range(500))
+    dest = v.path("exports/ray")
+    env = {**_kill_env(), "RAY_ADDRESS": ray_cluster.get_runtime_context().gcs_address}
+    env.pop("AIR_VOLUMES_ROOT", None)
+    proc = subprocess.run([sys.executable, str(Path(__file__).parent / "scripts" / "ray_delta_files_api.py"),
+                           str(table), dest], env=env, capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == [list(range(500))] * 2
+    puts = put_names(s)
+    assert puts[-1] == POINTER and puts.count(POINTER) == 1  # exported once, the second read reused it
+    assert {q.path for q in s.requests("GET", "files") if q.path.endswith(".parquet")} == {
+        f"{current_export(dest)}/{f}" for f in json.loads(v.local(f"exports/ray/{POINTER}").read_text())["files"]}

@@ -333,11 +333,12 @@ def _last_touched(folder: str) -> float:
     """When a folder in `_exports` was last written: its name's creation time, or its newest file's mtime."""
     m = _NAME.fullmatch(posixpath.basename(folder))
     newest = calendar.timegm(time.strptime(m.group(1), _STAMP)) if m else 0.0
-    with contextlib.suppress(FileNotFoundError):
+    try:
         files, folders = transport.entries(folder)
-        newest = max([newest] + [mtime_ns / 1e9 for _, _, mtime_ns in files]
-                     + [_last_touched(f"{folder}/{name}") for name in folders])
-    return newest
+    except FileNotFoundError:  # changing under this listing (a committer's renames, another sweep): not idle
+        return time.time()
+    return max([newest] + [mtime_ns / 1e9 for _, _, mtime_ns in files]
+               + [_last_touched(f"{folder}/{name}") for name in folders])
 
 
 def _is_part(name: str) -> bool:
