@@ -11,7 +11,8 @@ JVM; `deltalake_engine`), the default, and Spark (classic or Connect;
 write with only what object storage offers (no links, locks, folder renames
 or appends): each export is written into a folder of its own under
 `dest/_exports/`, then `dest/_air_export.json`, a pointer written whole and
-renamed into place, names it. A reader never sees half an export, a killed
+renamed into place (over the Files API: each file staged on local disk and
+put whole, the pointer last), names it. A reader never sees half an export, a killed
 export leaves the previous one served, and an export replaced an hour ago
 or more is removed by the next export.
 
@@ -47,15 +48,16 @@ def export_delta(
     """Export a table to Parquet files under the volume path `dest`, atomically and once per version.
 
     Args:
-        table: without `spark`, a Delta table: a volume path (`/Volumes/...`),
-            a local path or a URI deltalake reads; with `spark`, a table name
+        table: without `spark`, a Delta table: a volume path (`/Volumes/...`,
+            where the volume is mounted), a local path or a URI deltalake reads; with `spark`, a table name
             for `spark.table`.
         dest: a volume path; a folder made for exports (see the module
             docstring). It must not exist yet, or be an empty folder, or hold
             earlier exports.
         spark: a SparkSession (classic or Spark Connect) that reads and writes
             instead of deltalake. It must see `dest` at the same path as this
-            process (on Databricks, or a local session off it). The export is
+            process (on Databricks, or a local session off it); not over the
+            Files API. The export is
             identified by the table name, its Delta version when the catalog
             tells it (`DESCRIBE HISTORY`), and a digest of its input files.
         version: the table version to export (default: the latest). With
@@ -77,7 +79,7 @@ def export_delta(
             file its log lists that is missing or unreadable.
         VolumePathError: `dest` is malformed, inside the table, something
             other than a folder of exports, or not writable.
-        OptionError: a size or version out of range.
+        OptionError: a size or version out of range; `spark` over the Files API.
     """
     for name, value in (("rows_per_file", rows_per_file), ("rows_per_row_group", rows_per_row_group),
                         ("version", version)):
@@ -91,8 +93,14 @@ def export_delta(
 
         snapshot = deltalake_engine.snapshot(table, version, rows_per_file, rows_per_row_group, progress)
     else:
+        from ..io import transport
         from . import spark_engine
 
+        if transport.remote() is not None:
+            raise OptionError(f"spark= writes the export with Spark's own writers, which need {target.vp.volume} "
+                              "as a file system, and this process reaches volumes over the Files API: leave "
+                              "spark unset (deltalake stages each file on local disk and uploads it), or export "
+                              "where the volume is mounted")
         if rows_per_row_group is not None:
             raise OptionError("rows_per_row_group applies to the deltalake path: Spark sizes row groups "
                               "in bytes itself; leave it unset with spark=")

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 from contextlib import contextmanager
-from typing import Iterator
+from typing import Callable, Iterator
 from urllib.parse import unquote, urlparse
 
 import pyarrow as pa
@@ -24,6 +24,7 @@ import pyarrow.parquet as pq
 from tqdm import tqdm
 
 from .. import volume
+from ..io import transport
 from ..errors import TableError
 from .messages import first_line
 from .publication import Snapshot
@@ -40,8 +41,8 @@ def snapshot(table: str, version: int | None, rows_per_file: int | None, rows_pe
     key = {"engine": "deltalake", "table": identity, "table_id": dt.metadata().id, "version": dt.version(),
            "rows_per_file": per_file, "rows_per_row_group": per_group}
 
-    def write(folder: str, token: str) -> int:
-        return _write(dt, identity, folder, token, per_file, per_group, progress, logged_rows)
+    def write(folder: str, token: str, finished: Callable[[str], None]) -> int:
+        return _write(dt, identity, folder, token, finished, per_file, per_group, progress, logged_rows)
 
     return Snapshot(key, write, _local_path(dt.table_uri))
 
@@ -58,6 +59,10 @@ def _open(table: str, version: int | None):
     identity, uri = table, table
     if table.startswith(("/Volumes/", "dbfs:/Volumes/")):
         vp = volume.parse(table)
+        if transport.remote() is not None:
+            raise TableError(f"{vp.path}: this process reaches volumes over the Files API, and deltalake reads a "
+                             "table only from a file system or an object store URI: read it where the volume is "
+                             "mounted, or give the table's location in cloud storage (s3://, abfss://, gs://)")
         identity, uri = vp.path, vp.local
     local = _local_path(uri)
     if local is not None and not os.path.exists(local):
@@ -114,9 +119,10 @@ def _reader(dt) -> pa.RecordBatchReader:
     return dt.to_pyarrow_dataset(filesystem=pafs.SubTreeFileSystem(root, fs)).scanner().to_reader()
 
 
-def _write(dt, table: str, folder: str, token: str, rows_per_file: int, rows_per_row_group: int,
-           progress: bool, expected_rows: int | None) -> int:
-    """Write the table's rows into `folder` (created), as part-<token>-<i>.parquet files; returns the rows."""
+def _write(dt, table: str, folder: str, token: str, finished: Callable[[str], None], rows_per_file: int,
+           rows_per_row_group: int, progress: bool, expected_rows: int | None) -> int:
+    """Write the table's rows into `folder` (created), as part-<token>-<i>.parquet files, each given to
+    `finished` once closed; returns the rows."""
     with _read_errors_as_table_error(dt, table):
         _check_files_exist(dt)
         reader = _reader(dt)
@@ -135,10 +141,12 @@ def _write(dt, table: str, folder: str, token: str, rows_per_file: int, rows_per
             pa.RecordBatchReader.from_batches(reader.schema, counted()), folder, format="parquet",
             basename_template=f"part-{token}-{{i}}.parquet", max_rows_per_file=rows_per_file,
             min_rows_per_group=rows_per_row_group, max_rows_per_group=rows_per_row_group,
-            existing_data_behavior="error")
+            existing_data_behavior="error", file_visitor=lambda file: finished(file.path))
     if not written:  # an empty table still exports its schema
         os.makedirs(folder, exist_ok=True)
-        pq.write_table(reader.schema.empty_table(), os.path.join(folder, f"part-{token}-0.parquet"))
+        empty = os.path.join(folder, f"part-{token}-0.parquet")
+        pq.write_table(reader.schema.empty_table(), empty)
+        finished(empty)
     return written
 
 

@@ -33,6 +33,12 @@ Promises:
 - Exports replaced more than `GRACE_SECONDS` ago, and leftovers of killed or
   losing exporters untouched for that long, are removed by a later export.
 
+Over the Files API (`air_core.io.transport`), where nothing is renamed,
+the same layout is written with whole-object `PUT`s: each part is written
+on local disk and put as soon as the engine finishes it, then the pointer
+is put last (a `PUT` is whole or nothing, so it needs no temporary name).
+Listing, stat and delete for reuse and the sweep go through the transport.
+
 A reader that does not use this library (`load_dataset("parquet",
 data_dir=...)`, `spark.read.parquet`) is given the current export's folder:
 `ExportResult.path`, `current_export(dest)`, or `dest` joined with the
@@ -53,6 +59,7 @@ import secrets
 import shutil
 import tempfile
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Callable
 
@@ -68,6 +75,7 @@ GRACE_SECONDS = 3600.0
 _FORMAT = 2
 _POINTER_TMP = f".{POINTER}."
 _STAMP = "%Y%m%dT%H%M%SZ"
+_UPLOADS = 4  # parts uploading at once over the Files API
 _NAME = re.compile(r"(?:v\d+|snapshot)-(\d{8}T\d{6}Z)-[0-9a-f]+")
 
 
@@ -103,14 +111,16 @@ class Snapshot:
         key: what identifies the export (table, version, sizes); an export
             whose key equals the current one's is skipped. JSON-serialisable.
         write: writes the rows as Parquet into a local folder it creates
-            (`write(folder, token)`, `token` unique to this export, for file
-            names) and returns the number of rows written.
+            (`write(folder, token, finished)`, `token` unique to this export,
+            for file names), calls `finished(path)` with each file as soon as
+            it is complete (over the Files API, its upload starts then), and
+            returns the number of rows written.
         root: the table's local folder, if it has one: the destination must
             not lie inside it.
     """
 
     key: dict
-    write: Callable[[str, str], int]
+    write: Callable[[str, str, Callable[[str], None]], int]
     root: str | None = None
 
 
@@ -169,7 +179,7 @@ class Destination:
         current = self._current()
         if self._holds(current, snapshot.key):
             return self._result(current, skipped=True)
-        if not os.path.isdir(self.vp.local_volume):
+        if not transport.is_dir(self.vp.local_volume):
             raise VolumePathError(f"the volume {self.vp.volume} does not exist: create it, or check the "
                                   f"catalog, schema and volume names in {self.vp.path}")
         with _node_lock(self.vp.local):
@@ -178,7 +188,7 @@ class Destination:
                 return self._result(current, skipped=True)
             exports = os.path.join(self.vp.local, EXPORTS)
             try:
-                os.makedirs(exports, exist_ok=True)
+                transport.make_dirs(exports)
                 volume.check_inside(self.vp, exports)
             except OSError as e:
                 raise VolumePathError(f"cannot write an export into {self.vp.path}: {e.strerror or e}; "
@@ -188,11 +198,14 @@ class Destination:
             name = f"{'snapshot' if version is None else f'v{version}'}-{time.strftime(_STAMP, started)}-{token}"
             folder = os.path.join(exports, name)
             try:
-                rows = snapshot.write(folder, token)
+                if transport.remote() is None:
+                    rows = snapshot.write(folder, token, lambda path: None)
+                    files = sorted(n for n in os.listdir(folder) if _is_part(n))
+                else:
+                    rows, files = _write_staged(snapshot, folder, token)
             except BaseException:
-                shutil.rmtree(folder, ignore_errors=True)
+                transport.remove_tree(folder)
                 raise
-            files = sorted(n for n in os.listdir(folder) if n.endswith(".parquet") and n[0] not in "._")
             pointer = {"format": _FORMAT, "folder": f"{EXPORTS}/{name}", "key": snapshot.key, "files": files,
                        "rows": rows, "exported_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", started)}
             self._point_at(pointer, token)
@@ -212,17 +225,21 @@ class Destination:
         """The pointer, or None when no export is published yet; refuses a folder holding anything else."""
         pointer = _read_pointer(self.vp)
         local = self.vp.local
-        if pointer is not None or not os.path.lexists(local):
+        if pointer is not None:
             return pointer
-        if not os.path.isdir(local) or any(n not in (EXPORTS, POINTER) and not n.startswith(_POINTER_TMP)
-                                           for n in os.listdir(local)):
+        there = (os.path.lexists(local) if transport.remote() is None
+                 else transport.is_dir(local) or transport.is_file(local))
+        if not there:
+            return None
+        if not transport.is_dir(local) or any(n not in (EXPORTS, POINTER) and not n.startswith(_POINTER_TMP)
+                                              for n in transport.listdir(local)):
             raise VolumePathError(f"{self.vp.path} already exists and is not an export made by export_delta; "
                                   "remove it or choose another destination")
         return _read_pointer(self.vp)  # one another exporter published since the read above, or None
 
     def _holds(self, pointer: dict | None, key: dict) -> bool:
         return (pointer is not None and pointer["key"] == key
-                and os.path.isdir(os.path.join(self.vp.local, pointer["folder"])))
+                and transport.is_dir(os.path.join(self.vp.local, pointer["folder"])))
 
     def _result(self, pointer: dict, skipped: bool) -> ExportResult:
         key = pointer["key"]
@@ -238,14 +255,20 @@ class Destination:
         previous = _read_pointer(self.vp)
         retired = {} if previous is None else {
             f: t for f, t in previous.get("retired", {}).items()
-            if os.path.isdir(os.path.join(self.vp.local, f))}
+            if transport.is_dir(os.path.join(self.vp.local, f))}
         if previous is not None:
             retired[previous["folder"]] = now
         pointer["retired"] = retired
-        tmp = os.path.join(self.vp.local, _POINTER_TMP + token)
-        with open(tmp, "w") as f:
-            json.dump(pointer, f, indent=1)
-        os.replace(tmp, os.path.join(self.vp.local, POINTER))
+        data = json.dumps(pointer, indent=1).encode()
+        target = os.path.join(self.vp.local, POINTER)
+        api = transport.remote()
+        if api is not None:
+            api.put(target, data)  # a PUT is whole or nothing: no hidden name to rename
+        else:
+            tmp = os.path.join(self.vp.local, _POINTER_TMP + token)
+            with open(tmp, "wb") as f:
+                f.write(data)
+            os.replace(tmp, target)
         self._sweep(pointer, now)
 
     def _sweep(self, pointer: dict, now: float) -> None:
@@ -253,18 +276,24 @@ class Destination:
         exports = os.path.join(self.vp.local, EXPORTS)
         retired = {posixpath.basename(f): t for f, t in pointer["retired"].items()}
         current = posixpath.basename(pointer["folder"])
-        for entry in os.scandir(exports):
-            if entry.name == current:
+        files, folders = transport.entries(exports)
+        # Exporters on other nodes may sweep the same entry at the same time: gone is fine.
+        for name in folders:
+            if name == current:
                 continue
-            since = retired.get(entry.name)
+            since = retired.get(name)
             if since is None:
-                since = _last_touched(entry)
+                since = _last_touched(f"{exports}/{name}")
             if now - since >= GRACE_SECONDS:
-                _remove(entry)
-        for entry in os.scandir(self.vp.local):
-            with contextlib.suppress(FileNotFoundError):  # renamed into place by another exporter meanwhile
-                if entry.name.startswith(_POINTER_TMP) and now - entry.stat().st_mtime >= GRACE_SECONDS:
-                    _remove(entry)
+                transport.remove_tree(f"{exports}/{name}")
+        for name, _, mtime_ns in files:  # no export writes a file here: a stray one
+            if now - mtime_ns / 1e9 >= GRACE_SECONDS:
+                with contextlib.suppress(FileNotFoundError):
+                    transport.remove(f"{exports}/{name}")
+        for name, _, mtime_ns in transport.entries(self.vp.local)[0]:
+            if name.startswith(_POINTER_TMP) and now - mtime_ns / 1e9 >= GRACE_SECONDS:
+                with contextlib.suppress(FileNotFoundError):  # renamed into place by another exporter meanwhile
+                    transport.remove(f"{self.vp.local}/{name}")
 
 
 def read_json(file: str) -> object:
@@ -300,26 +329,57 @@ def _read_pointer(vp: volume.VolumePath) -> dict | None:
     return pointer
 
 
-def _last_touched(entry: os.DirEntry) -> float:
-    """When a folder in `_exports` was last written: its name's creation time, or its newest entry's mtime."""
-    m = _NAME.fullmatch(entry.name)
+def _last_touched(folder: str) -> float:
+    """When a folder in `_exports` was last written: its name's creation time, or its newest file's mtime."""
+    m = _NAME.fullmatch(posixpath.basename(folder))
     newest = calendar.timegm(time.strptime(m.group(1), _STAMP)) if m else 0.0
-    with contextlib.suppress(FileNotFoundError):
-        newest = max(newest, entry.stat(follow_symlinks=False).st_mtime)
-        for root, dirs, files in os.walk(entry.path):
-            for name in dirs + files:
-                with contextlib.suppress(FileNotFoundError):
-                    newest = max(newest, os.lstat(os.path.join(root, name)).st_mtime)
-    return newest
+    try:
+        files, folders = transport.entries(folder)
+    except FileNotFoundError:  # changing under this listing (a committer's renames, another sweep): not idle
+        return time.time()
+    return max([newest] + [mtime_ns / 1e9 for _, _, mtime_ns in files]
+               + [_last_touched(f"{folder}/{name}") for name in folders])
 
 
-def _remove(entry: os.DirEntry) -> None:
-    # Exporters on other nodes may sweep the same entry at the same time: gone is fine.
-    if entry.is_dir(follow_symlinks=False):
-        shutil.rmtree(entry.path, ignore_errors=True)
-    else:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(entry.path)
+def _is_part(name: str) -> bool:
+    """Whether a file an engine wrote is one of the export's Parquet files (not a marker or checksum)."""
+    return name.endswith(".parquet") and name[0] not in "._"
+
+
+def _write_staged(snapshot: Snapshot, folder: str, token: str) -> tuple[int, list[str]]:
+    """Write `snapshot` over the Files API: each part on local disk first, then one whole-object `PUT`
+    into the volume folder `folder` as soon as the engine finishes it; (rows, the parts' names).
+
+    The staging folder is private (`mkdtemp`, 0700) and removed afterwards, on failure too; a part's
+    local copy goes once it is on the volume, so the disk holds about the parts still uploading.
+    """
+    stage = tempfile.mkdtemp(prefix="air-export-")
+    uploads: list[Future] = []
+    names: list[str] = []
+
+    def put(path: str, name: str) -> None:
+        transport.write_file(f"{folder}/{name}", path)
+        os.unlink(path)
+
+    try:
+        with ThreadPoolExecutor(_UPLOADS, thread_name_prefix="air-export-put") as pool:
+            def finished(path: str) -> None:
+                name = os.path.basename(path)
+                if _is_part(name):
+                    names.append(name)
+                    uploads.append(pool.submit(put, path, name))
+
+            try:
+                rows = snapshot.write(os.path.join(stage, "parts"), token, finished)
+            except BaseException:
+                for u in uploads:
+                    u.cancel()
+                raise
+            for u in uploads:
+                u.result()
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+    return rows, sorted(names)
 
 
 def _node_lock(local_dest: str) -> FileLock:

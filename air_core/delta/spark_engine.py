@@ -17,7 +17,7 @@ import hashlib
 import os
 import secrets
 import shutil
-from typing import Any
+from typing import Any, Callable
 
 from ..errors import AirError, TableError
 from .messages import first_line
@@ -43,11 +43,12 @@ def snapshot(spark: Any, name: str, version: int | None, rows_per_file: int | No
     digest = hashlib.sha256("\n".join(files).encode()).hexdigest()[:32] if files else secrets.token_hex(16)
     key = {"engine": "spark", "table": name, "table_id": None, "version": version, "fingerprint": digest,
            "rows_per_file": rows_per_file}
-    return Snapshot(key, lambda folder, token: _write(df, folder, rows_per_file))
+    return Snapshot(key, lambda folder, token, finished: _write(df, folder, rows_per_file, finished))
 
 
-def _write(df: Any, folder: str, rows_per_file: int | None) -> int:
-    """Write `df` as Parquet into `folder` (which must not exist), with streaming-sized row groups; the rows."""
+def _write(df: Any, folder: str, rows_per_file: int | None, finished: Callable[[str], None]) -> int:
+    """Write `df` as Parquet into `folder` (which must not exist), with streaming-sized row groups, each file
+    given to `finished` once Spark's markers are gone; the rows."""
     import pyarrow.parquet as pq
     from pyspark.errors import PySparkException
 
@@ -58,14 +59,17 @@ def _write(df: Any, folder: str, rows_per_file: int | None) -> int:
         writer.parquet(folder)
     except PySparkException as e:
         raise AirError(f"Spark could not write the export into {folder}: {first_line(e)}") from None
-    rows = 0
+    rows, parts = 0, []
     for entry in os.scandir(folder):
         if entry.name.endswith(".parquet") and entry.name[0] not in "._":
             rows += pq.read_metadata(entry.path).num_rows
+            parts.append(entry.path)
         elif entry.is_dir(follow_symlinks=False):
             shutil.rmtree(entry.path)
         else:
             os.unlink(entry.path)
+    for path in parts:
+        finished(path)
     return rows
 
 
