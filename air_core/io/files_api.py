@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import email.utils
 import errno
-import io
 import random
 import threading
 import time
@@ -34,6 +33,7 @@ import urllib.parse
 from typing import BinaryIO, Callable
 
 from ..errors import AirError, FetchError
+from .ranges import RangeFile
 
 FILES = "/api/2.0/fs/files"
 DIRECTORIES = "/api/2.0/fs/directories"
@@ -262,7 +262,7 @@ class FilesApi:
         return FetchError(errno.EIO, f"{method} {path} on {self.host}: {r.status_code} {said}")
 
 
-class RemoteFile(io.RawIOBase):
+class RemoteFile(RangeFile):
     """A read-only, seekable file over ranged requests, for readers that seek (a Parquet footer's reader).
 
     Its first read in the last `TAIL` bytes fetches all of them, so a footer (the length, then the
@@ -272,37 +272,17 @@ class RemoteFile(io.RawIOBase):
     TAIL = 64 << 10
 
     def __init__(self, api: FilesApi, path: str, size: int, mtime_ns: int) -> None:
-        self.api, self.path, self.size, self.mtime_ns = api, path, size, mtime_ns
-        self._at = 0
+        super().__init__(size)
+        self.api, self.path, self.mtime_ns = api, path, mtime_ns
         self._tail: bytes | None = None
 
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def tell(self) -> int:
-        return self._at
-
-    def seek(self, offset: int, whence: int = 0) -> int:
-        self._at = max(0, offset + (0, self._at, self.size)[whence])
-        return self._at
-
-    def readinto(self, buffer) -> int:
-        stop = min(self.size, self._at + len(buffer))
-        if stop <= self._at:
-            return 0
+    def _range(self, start: int, stop: int) -> bytes:
         tail_from = max(0, self.size - self.TAIL)
-        if self._at >= tail_from:
-            if self._tail is None:
-                self._tail = self._fetch(tail_from, self.size)
-            data = self._tail[self._at - tail_from:stop - tail_from]
-        else:
-            data = self._fetch(self._at, stop)
-        memoryview(buffer)[:len(data)] = data
-        self._at += len(data)
-        return len(data)
+        if start < tail_from:
+            return self._fetch(start, stop)
+        if self._tail is None:
+            self._tail = self._fetch(tail_from, self.size)
+        return self._tail[start - tail_from:stop - tail_from]
 
     def _fetch(self, start: int, stop: int) -> bytes:
         out = bytearray(stop - start)

@@ -18,7 +18,6 @@ about once, not once per rank.
 
 from __future__ import annotations
 
-import io
 import mmap
 from collections import OrderedDict
 from typing import Iterable, Iterator, Sequence
@@ -31,6 +30,7 @@ from .. import volume
 from ..io import transport
 from ..io.cache import Cache, read_bytes
 from ..io.files_api import RemoteFile
+from ..io.ranges import RangeFile
 from ..errors import ParquetError
 from ..io.fetch import ordered_map, retrying
 from ..manifest import Manifest
@@ -310,40 +310,19 @@ def _bytes_of(f: CachedFile):
         return mmap.mmap(copy.fileno(), 0, access=mmap.ACCESS_READ)
 
 
-class _Ranges(io.RawIOBase):
+class _Ranges(RangeFile):
     """A file of which only some byte ranges are at hand, for a Parquet reader given the footer: a read in
     one of them is served from it; any other (a writer whose chunk offsets mislead) is asked of `fetch`."""
 
     def __init__(self, size: int, parts: list[tuple[int, object]], fetch) -> None:
-        self.size, self.parts, self.fetch = size, parts, fetch
-        self._at = 0
+        super().__init__(size)
+        self.parts, self.fetch = parts, fetch
 
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def tell(self) -> int:
-        return self._at
-
-    def seek(self, offset: int, whence: int = 0) -> int:
-        self._at = max(0, offset + (0, self._at, self.size)[whence])
-        return self._at
-
-    def readinto(self, buffer) -> int:
-        start, stop = self._at, min(self.size, self._at + len(buffer))
-        if stop <= start:
-            return 0
+    def _range(self, start: int, stop: int) -> memoryview:
         for at, data in self.parts:
             if at <= start and stop <= at + len(data):
-                chunk = memoryview(data)[start - at:stop - at]
-                break
-        else:
-            chunk = memoryview(self.fetch(start, stop))
-        memoryview(buffer)[:len(chunk)] = chunk
-        self._at = stop
-        return len(chunk)
+                return memoryview(data)[start - at:stop - at]
+        return memoryview(self.fetch(start, stop))
 
 
 def _open(f: CachedFile) -> pq.ParquetFile:
