@@ -59,6 +59,7 @@ class Spans(Sequence[Span]):
         one = self._whole | (self._sizes <= span_bytes)
         counts = np.where(one, self._sizes > 0, -(-self._sizes // span_bytes)).astype(np.int64)
         self._ends = np.cumsum(counts)  # spans of files [0, f] = ends[f]; empty files have none
+        self._nbytes: np.ndarray | None = None
 
     def __len__(self) -> int:
         return int(self._ends[-1]) if len(self._ends) else 0
@@ -77,14 +78,17 @@ class Spans(Sequence[Span]):
         return Span(file, index, start, size if whole else min(size, start + self._span_bytes), whole=whole)
 
     def nbytes(self) -> np.ndarray:
-        """The bytes each span covers, in order."""
-        counts = np.diff(self._ends, prepend=0)
-        if len(self) == np.count_nonzero(counts):  # a span a file (small files): each covers its file
-            return self._sizes[counts > 0]
-        files = np.repeat(np.arange(len(counts)), counts)
-        start = (np.arange(len(self)) - np.repeat(self._ends - counts, counts)) * self._span_bytes
-        sizes = self._sizes[files]
-        return np.where(self._whole[files], sizes, np.minimum(sizes, start + self._span_bytes) - start)
+        """The bytes each span covers, in order (computed once: every epoch's share is dealt by them)."""
+        if self._nbytes is None:
+            counts = np.diff(self._ends, prepend=0)
+            if len(self) == np.count_nonzero(counts):  # a span a file (small files): each covers its file
+                self._nbytes = self._sizes[counts > 0]
+            else:
+                files = np.repeat(np.arange(len(counts)), counts)
+                start = (np.arange(len(self)) - np.repeat(self._ends - counts, counts)) * self._span_bytes
+                sizes = self._sizes[files]
+                self._nbytes = np.where(self._whole[files], sizes, np.minimum(sizes, start + self._span_bytes) - start)
+        return self._nbytes
 
     def of_files(self, files: Sequence[int]) -> list[Span]:
         """The spans of `files` (listing positions), file by file in the order given."""
