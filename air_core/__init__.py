@@ -14,8 +14,9 @@ files into Parquet shards that every front door reads as the loose files
 (`air_core.pack`, which loads pyarrow when it runs).
 """
 
-from importlib import import_module
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from .lazy import exports
 
 from .io.cache import Cache, CacheStats, default_dir, entry_path_length
 from .dist import detect_rank, detect_worker, freeze_inherited
@@ -60,14 +61,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(import_module(module, __name__), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+__getattr__, __dir__ = exports(__name__, _LAZY)

@@ -6,8 +6,9 @@
     path = air_ray.local_path(row)   # a files-mode row's file, valid on whichever node asks
 """
 
-from importlib import import_module
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from air_core.lazy import exports
 
 if TYPE_CHECKING:
     from .datasource import UCVolumeDatasource, read_uc_volume
@@ -20,14 +21,4 @@ _LAZY = {"UCVolumeDatasource": ".datasource", "read_uc_volume": ".datasource", "
 __all__ = ["UCVolumeDatasource", "local_path", "read_uc_volume"]
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(import_module(module, __name__), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+__getattr__, __dir__ = exports(__name__, _LAZY)
