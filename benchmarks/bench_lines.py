@@ -47,8 +47,7 @@ import shutil
 import time
 from pathlib import Path
 
-from common import netvol
-from ranks import (cleanup, cpu_s, emit, environment, epochs, one_process, ranks, ray_executions,
+from ranks import (cleanup, cpu_s, emit, epochs, one_process, prepare, ranks, ray_executions,
                    tables_dataset)
 
 VOLUME = "/Volumes/main/bench/lines"
@@ -312,13 +311,7 @@ def main() -> None:
         print(json.dumps(run(args)))
         return
 
-    os.makedirs(args.root, exist_ok=True)
-    t = time.perf_counter()
-    info = build_data(args.local, args.scale)
-    emit({"data": info, "build_s": round(time.perf_counter() - t, 1)})
-    so = f"{args.root}/netvol.so"
-    netvol.build(so)
-    args.env = environment(args, so)
+    info = prepare(args, build_data)
     systems = [s for s in args.systems.split(",") if s]
     try:
         for case in args.cases.split(","):

@@ -52,8 +52,7 @@ import tarfile
 import time
 from pathlib import Path
 
-from common import netvol
-from ranks import cleanup, emit, environment, epochs, one_process, ranks, ray_executions, tables_dataset
+from ranks import cleanup, emit, epochs, one_process, prepare, ranks, ray_executions, tables_dataset
 
 VOLUME = "/Volumes/main/bench/webdataset"
 FOLDER = f"{VOLUME}/tars"  # the data; its stamp beside it, so that every reader sees tars alone
@@ -257,13 +256,7 @@ def main() -> None:
         print(json.dumps({"rank": measure_rank, "ray": measure_ray}[args.run](args)))
         return
 
-    os.makedirs(args.root, exist_ok=True)
-    t = time.perf_counter()
-    info = build_data(args.local, args.scale)
-    emit({"data": info, "build_s": round(time.perf_counter() - t, 1)})
-    so = f"{args.root}/netvol.so"
-    netvol.build(so)
-    args.env = environment(args, so)
+    info = prepare(args, build_data)
     got = {}
     try:
         for system in (s for s in args.systems.split(",") if s):

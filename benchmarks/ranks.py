@@ -21,6 +21,8 @@ import time
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
+from common import netvol
+
 EPOCHS = ("first", "second")
 
 
@@ -126,14 +128,22 @@ def ray_executions(make: Callable, count: Callable, out: dict, extra: Sequence[s
 
 # -- the run: starting measurements and adding up their lines -----------------------------------------
 
-def environment(args, so: str) -> dict:
-    """Every measurement's environment: the data's folder as /Volumes under netvol, tracing bytes, our node cache
-    under the run's root, no network for HF, quiet Ray."""
-    return {**os.environ, "AIR_VOLUMES_ROOT": f"{args.root}/Volumes", "AIR_CACHE_DIR": args.cache,
-            "HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1", "LD_PRELOAD": so,
-            "NETVOL_PREFIX": f"{args.root}/Volumes/", "NETVOL_OPEN_MS": "10", "NETVOL_MBPS": "200",
-            "NETVOL_LIST_MS": "20", "NETVOL_TRACE_BYTES": "1", "RAY_USAGE_STATS_ENABLED": "0",
-            "RAY_AUTH_MODE": "disabled", "RAY_DATA_DISABLE_PROGRESS_BARS": "1", "RAY_DATA_LOG_LEVEL": "WARNING"}
+def prepare(args, build_data: Callable[[str, float], dict]) -> dict:
+    """Before a run: the data under `args.root` (built, or kept from a run at this scale, and announced), netvol
+    built there, and every measurement's environment in `args.env`: the data's folder as /Volumes under netvol,
+    tracing bytes, our node cache under the run's root, no network for HF, quiet Ray. Returns the data's info."""
+    os.makedirs(args.root, exist_ok=True)
+    t = time.perf_counter()
+    info = build_data(args.local, args.scale)
+    emit({"data": info, "build_s": round(time.perf_counter() - t, 1)})
+    so = f"{args.root}/netvol.so"
+    netvol.build(so)
+    args.env = {**os.environ, "AIR_VOLUMES_ROOT": f"{args.root}/Volumes", "AIR_CACHE_DIR": args.cache,
+                "HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1", "LD_PRELOAD": so,
+                "NETVOL_PREFIX": f"{args.root}/Volumes/", "NETVOL_OPEN_MS": "10", "NETVOL_MBPS": "200",
+                "NETVOL_LIST_MS": "20", "NETVOL_TRACE_BYTES": "1", "RAY_USAGE_STATS_ENABLED": "0",
+                "RAY_AUTH_MODE": "disabled", "RAY_DATA_DISABLE_PROGRESS_BARS": "1", "RAY_DATA_LOG_LEVEL": "WARNING"}
+    return info
 
 
 def child(args, *extra: str, env: dict) -> subprocess.Popen:
