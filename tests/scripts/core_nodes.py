@@ -28,7 +28,9 @@ class Paths(IterableDataset):
 def opens() -> int:
     dist.barrier()  # every rank is done with the phase before the trace is read
     with open(os.environ["NETVOL_TRACE"]) as f:
-        return sum(line.startswith("open ") for line in f)
+        count = sum(line.startswith("open ") for line in f)
+    dist.barrier()  # and no rank starts the next phase before every rank has counted
+    return count
 
 
 dist.init_process_group("gloo")

@@ -27,7 +27,9 @@ def trace_lines() -> int:
     dist.barrier()  # every rank is done with the phase before the trace is measured
     trace = os.environ.get("NETVOL_TRACE")
     with open(trace) as f:
-        return sum(1 for line in f if line.startswith("open "))
+        count = sum(1 for line in f if line.startswith("open "))
+    dist.barrier()  # and no rank starts the next phase before every rank has counted
+    return count
 
 
 def main() -> None:
