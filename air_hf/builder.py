@@ -26,7 +26,7 @@ from air_core import EQUALIZES, MODES, ON_ERRORS, Cache, MixedSource, MixedTable
 from air_core import options as check
 from air_core.read import TableReader
 
-from . import media, rows
+from . import examples, media, rows
 from .shards import check_drop, shard_count
 from .split_layout import by_split
 
@@ -237,6 +237,9 @@ class UCVolume(datasets.ArrowBasedBuilder):
             # A list in gen_kwargs is what datasets shards over: one element per shard.
             generators.append(datasets.SplitGenerator(name=split, gen_kwargs={"shards": shards}))
         return generators
+
+    def _get_examples_iterable_for_split(self, split_generator):
+        return examples.typed(super()._get_examples_iterable_for_split(split_generator), self.info.features)
 
     def _prepare_split(self, split_generator, **kwargs):
         # A non-streaming load writes the rows into datasets' Arrow cache, which outlives the

@@ -216,6 +216,22 @@ def test_set_epoch_reshuffles_alike_on_every_rank(volume, hf_cache):
     assert first[0] != sorted(first[0])
 
 
+@pytest.mark.parametrize("world_size, epoch", [(1, 0), (2, 1)])
+def test_rows_are_converted_a_batch_at_a_time(volume, hf_cache, monkeypatch, world_size, epoch):
+    # datasets cuts the tables of an iterable that reports no features into one-row tables, one conversion
+    # each; the builder's iterable reports its features, through set_epoch and split_dataset_by_node.
+    volume.write("chat/a.jsonl", "".join(json.dumps({"id": i, "text": f"t{i}"}) + "\n" for i in range(400)))
+    ds = load(volume, hf_cache, "chat", world_size=world_size, num_workers=2, shuffle=True)
+    ds.set_epoch(epoch)
+    sizes = []
+    convert = datasets.formatting.PythonFormatter.format_batch
+    monkeypatch.setattr(datasets.formatting.PythonFormatter, "format_batch",
+                        lambda self, table: sizes.append(len(table)) or convert(self, table))
+    ids = [r["id"] for rank in range(world_size) for r in air_hf.split_for_rank(ds, rank=rank, world_size=world_size)]
+    assert sorted(ids) == list(range(400))
+    assert sum(sizes) == 400 and len(sizes) <= 400 / 10 + 2 * 2
+
+
 def test_state_dict_resumes_exactly(volume, hf_cache):
     volume.files("many", 30)
     ds = load(volume, hf_cache, "many", num_workers=3)
