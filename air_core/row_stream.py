@@ -156,20 +156,46 @@ class RowStream(Stream):
 
     # -- iteration and resume ----------------------------------------------------
 
-    def tables(self) -> Iterator[pa.Table]:
-        """The stream's rows as Arrow tables, in order; each counts as delivered once yielded."""
-        for run, table in self._read():
-            self._consumed[1] += table.num_rows
-            yield table
+    def tables(self, batch_size: int | None = None) -> Iterator[pa.Table]:
+        """The stream's rows as Arrow tables, in order; each counts as delivered once yielded.
+
+        Args:
+            batch_size: tables of this many rows (the pass's last may hold fewer), each a copy of its
+                own rows: a slice of a larger table carries that table's buffers wherever it is
+                pickled, as from a DataLoader worker to its consumer (a 256-row slice of a JSON Lines
+                span, ~16x its rows' bytes). None: the tables as the reader makes them (a span's
+                records, a row group's rows).
+        """
+        options.whole("batch_size", batch_size, low=1, optional=True)
+        if batch_size is None:
+            for run, table in self._read():
+                self._deliver(run, table.num_rows)
+                yield table
+        else:
+            for parts in _batches(self._read(), batch_size):
+                for run, part in parts:
+                    self._deliver(run, part.num_rows)
+                yield _compact([part for _, part in parts])
+        self._consumed[:] = [self._pass_end, 0]
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         for run, table in self._read():
+            self._deliver(run, 0)
             for row in table.to_pylist():
                 self._consumed[1] += 1
                 yield row
+        self._consumed[:] = [self._pass_end, 0]
+
+    def _deliver(self, run: int, rows: int) -> None:
+        if run != self._consumed[0]:  # the runs before it are done
+            self._consumed[:] = [run, 0]
+        self._consumed[1] += rows
 
     def _read(self) -> Iterator[tuple[int, pa.Table]]:
-        """(run position in the plan, its next rows), for what is left of this pass's plan."""
+        """(run position in the plan, its next rows), for what is left of this pass's plan.
+
+        The consumer counts what it delivers (`_deliver`), and sets the pass's end once it is done.
+        """
         dist.freeze_inherited()
         grid = self.grid()
         resumed_from, mine = self._take_pending(grid)
@@ -186,15 +212,13 @@ class RowStream(Stream):
             [r.piece for r in left], self.cache, columns=self._columns, fetch_threads=threads, epoch=self._epoch,
             seed=self._plan_opts["seed"], shuffle=self._plan_opts["shuffle"], on_error=self._on_error,
             skipped=self._skipped)
+        self._pass_end = first + len(left)
         for k, table in pieces:
-            if first + k != self._consumed[0]:  # the runs before it are done
-                self._consumed[:] = [first + k, 0]
             run, before = left[k], seen[k]  # the table holds the piece's rows [before, before + its rows)
             seen[k] += table.num_rows
             rows = within(table, before, run.lo, run.hi)
             if rows.num_rows:
                 yield first + k, rows
-        self._consumed[:] = [first + len(left), 0]
 
     def state_dict(self) -> resume.StreamState:
         """Where iteration stands: plain data, enough to resume exactly once.
@@ -263,3 +287,27 @@ def _check_complete(grids: list[Grid]) -> None:
     if have != want or len(grids) != len(want):
         raise StateError(f"the run state holds {len(grids)} streams of a grid of {world} ranks x {workers} workers: "
                          "gather the state_dict() of every stream of the run, each once")
+
+
+def _batches(tables: Iterator[tuple[int, pa.Table]], size: int) -> Iterator[list[tuple[int, pa.Table]]]:
+    """The (run, rows) of `tables` regrouped into lists of `size` rows in all (the last may hold fewer)."""
+    held: list[tuple[int, pa.Table]] = []
+    count = 0
+    for run, table in tables:
+        while table.num_rows:
+            part = table.slice(0, size - count)
+            held.append((run, part))
+            count += part.num_rows
+            table = table.slice(part.num_rows)
+            if count == size:
+                yield held
+                held, count = [], 0
+    if held:
+        yield held
+
+
+def _compact(parts: list[pa.Table]) -> pa.Table:
+    """One table of the rows of `parts`, in buffers of their own."""
+    import pyarrow as pa
+
+    return pa.Table.from_batches([pa.concat_batches([b for part in parts for b in part.to_batches()])])

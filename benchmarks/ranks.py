@@ -64,9 +64,7 @@ def tables_dataset(stream, batch: int):
             stream.set_epoch(epoch)
 
         def __iter__(self):
-            for table in stream.tables():
-                for k in range(0, table.num_rows, batch):
-                    yield table.slice(k, batch)
+            yield from stream.tables(batch_size=batch)
 
     return Tables()
 

@@ -66,6 +66,29 @@ def test_tables_columns_and_schema(lines):
 
 
 @pytest.mark.parametrize("source", ["lines", "parquet"])
+def test_tables_of_a_batch_size_are_compact_and_resume_exactly(source, request):
+    path = request.getfixturevalue(source)
+    opts = {"rank": 1, "world_size": 2, "shuffle": True, "seed": 2}
+    full = ids(RowStream(path, **opts))
+    tables = list(RowStream(path, **opts).tables(batch_size=16))
+    assert [t.num_rows for t in tables[:-1]] == [16] * (len(tables) - 1) and 0 < tables[-1].num_rows <= 16
+    assert [i for t in tables for i in t.column("id").to_pylist()] == full
+    small = list(RowStream(path, **opts).tables(batch_size=3))  # of tables of 30 rows or so
+    assert all(t.get_total_buffer_size() <= 1.5 * t.nbytes for t in small)  # no other rows' buffers
+    first = RowStream(path, **opts)
+    head = []
+    for table in first.tables(batch_size=16):  # a batch takes rows of several runs (spans, row groups)
+        head += table.column("id").to_pylist()
+        if len(head) >= 7 * 16:
+            break
+    again = RowStream(path, **opts)
+    again.load_state_dict(json.loads(json.dumps(first.state_dict())))
+    assert head + ids(again) == full
+    with pytest.raises(OptionError, match="batch_size=0"):
+        next(RowStream(path, **opts).tables(batch_size=0))
+
+
+@pytest.mark.parametrize("source", ["lines", "parquet"])
 def test_same_grid_resume_mid_run_is_exact(source, request):
     path = request.getfixturevalue(source)
     full = ids(RowStream(path, rank=1, world_size=2, shuffle=True, seed=2))
