@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, strategies as st
 
 from air_core import AirError, EmptyVolumeError, FileStream, Manifest, VolumePathError, list_folder
-from air_core.io import listing
+from air_core.io import listing, transport
 from air_core.volume import parse
 
 
@@ -76,6 +76,32 @@ def test_symlink_inside_the_volume_is_followed_once(volume):
     os.symlink(volume.local(""), volume.local("real/loop"))  # a cycle must not recurse forever
     m = list_folder(volume.path(""))
     assert len(m) == 4
+
+
+def test_a_file_removed_while_its_folder_is_read_is_left_out(volume, monkeypatch):
+    expected = volume.files("d", 6)
+    scandir, removed = os.scandir, []
+
+    class Removing:  # the folder's entries are read, then a file goes before its entry is looked at
+        def __init__(self, path):
+            self.it = scandir(path)
+
+        def __enter__(self):
+            entries = list(self.it.__enter__())
+            if entries and not entries[0].is_dir():
+                os.remove(entries[0].path)
+                removed.append(volume.path(os.path.relpath(entries[0].path, volume.local("."))))
+            return iter(entries)
+
+        def __exit__(self, *exc):
+            return self.it.__exit__(*exc)
+
+    monkeypatch.setattr(os, "scandir", Removing)
+    listed = [f"{volume.path('d')}/{rel}" for rel in list_folder(volume.path("d")).paths.tolist()]
+    assert removed and listed == sorted(set(expected) - set(removed))
+    for name in "abc":  # the same for the folder reads of the cache of packs, Delta exports and uc://
+        volume.write(f"e/{name}", b"x")
+    assert sorted(name for name, _, _ in transport.entries(str(volume.local("e")))) == ["b", "c"]
 
 
 def test_listing_is_recursive_sorted_filtered_and_fingerprinted(volume):

@@ -252,7 +252,10 @@ def _scan(vp: volume.VolumePath, local_dir: str, rel_dir: str, real_dir: str):
             elif e.is_dir():
                 dirs.append((e.path, rel + "/", f"{real_dir}/{e.name}"))  # no link on the way: no syscall to resolve it
             else:
-                st = e.stat()
+                try:
+                    st = e.stat()
+                except FileNotFoundError:  # removed since the folder was read: not listed, as if read after
+                    continue
                 files.append((rel, st.st_size, st.st_mtime_ns))
     return files, dirs
 

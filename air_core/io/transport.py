@@ -190,9 +190,12 @@ def entries(local: str) -> tuple[list[tuple[str, int, int]], list[str]]:
         for e in it:
             if e.is_dir():
                 folders.append(e.name)
-            else:
+                continue
+            try:
                 st = e.stat()
-                files.append((e.name, st.st_size, st.st_mtime_ns))
+            except FileNotFoundError:  # removed since the folder was read: not listed, as if read after
+                continue
+            files.append((e.name, st.st_size, st.st_mtime_ns))
     return files, folders
 
 
