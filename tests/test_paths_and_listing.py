@@ -101,7 +101,8 @@ def test_a_file_removed_while_its_folder_is_read_is_left_out(volume, monkeypatch
     assert removed and listed == sorted(set(expected) - set(removed))
     for name in "abc":  # the same for the folder reads of the cache of packs, Delta exports and uc://
         volume.write(f"e/{name}", b"x")
-    assert sorted(name for name, _, _ in transport.entries(str(volume.local("e")))) == ["b", "c"]
+    files, _ = transport.entries(str(volume.local("e")))
+    assert sorted(name for name, _, _ in files) == sorted(set("abc") - {os.path.basename(removed[-1])})
 
 
 def test_listing_is_recursive_sorted_filtered_and_fingerprinted(volume):
