@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 pytest.importorskip("databricks.sdk")
@@ -148,6 +149,59 @@ def test_a_failed_export_leaves_nothing_on_the_volume_nor_on_local_disk(files_ap
         export_delta(str(table), dest)
     assert current_export(dest) is None and list((v.local("exports/b") / EXPORTS).iterdir()) == []
     assert staged(stage_dir) == []
+
+
+def part_writer(count: int, most: list[int]):
+    """An engine's `write` to the Snapshot contract, a one-row part at a time: it asks `wanted()` before
+    each and says when it is `finished` (pyarrow's writer would queue a table this small whole)."""
+    def write(folder: str, token: str, parts: publication.Parts) -> int:
+        os.makedirs(folder)
+        written = 0
+        while written < count and parts.wanted():
+            path = os.path.join(folder, f"part-{token}-{written}.parquet")
+            pq.write_table(pa.table({"id": [written]}), path)
+            parts.finished(path)
+            written += 1
+            most[0] = max(most[0], len([n for n in os.listdir(folder) if n.endswith(".parquet")]))
+        return written
+
+    return publication.Snapshot({"engine": "test", "table": "t", "version": 0}, write)
+
+
+def test_an_engine_faster_than_the_uploads_waits_with_few_parts_on_local_disk(files_api, stage_dir):
+    v, s = files_api, files_api.server
+    s.faults.latency_s = 0.02  # every request: a part is written far faster than it is put
+    most = [0]
+    r = publication.Destination(v.path("exports/s")).publish(part_writer(40, most))
+    assert len(r.files) == 40 and r.rows == 40
+    assert most[0] == publication._STAGED + 1  # those uploading or waiting to, and the one just written
+    assert staged(stage_dir) == []
+
+
+def test_an_upload_that_fails_stops_the_engine_early(files_api, tmp_path, stage_dir):
+    v, s = files_api, files_api.server
+    s.faults.count, s.faults.match, s.faults.retry_after = 10**6, ".parquet", 0.001  # every part's PUT: 503
+    with pytest.raises(OSError, match="503"):
+        publication.Destination(v.path("exports/f")).publish(part_writer(200, [0]))
+    tried = {q.path for q in s.requests("PUT", "files") if q.path.endswith(".parquet")}
+    assert 0 < len(tried) <= publication._STAGED + 2  # the engine stopped: not every part was written
+    assert current_export(v.path("exports/f")) is None and staged(stage_dir) == []
+
+
+def test_the_deltalake_engine_writes_no_more_rows_once_the_export_has_failed(tmp_path):
+    from air_core.delta import deltalake_engine
+
+    table = tmp_path / "t"
+    for k in range(0, 400, 40):
+        append(table, range(k, k + 40))
+
+    class FailsAtOnce(publication.Parts):
+        def wanted(self) -> bool:
+            return False
+
+    snapshot = deltalake_engine.snapshot(str(table), None, 20, 20, False)
+    assert snapshot.write(str(tmp_path / "out"), "x", FailsAtOnce()) == 0
+    assert snapshot.write(str(tmp_path / "all"), "y", publication.Parts()) == 400
 
 
 def test_the_front_doors_export_over_files_api(files_api, tmp_path):

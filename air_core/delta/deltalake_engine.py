@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 from contextlib import contextmanager
-from typing import Callable, Iterator
+from typing import Iterator
 from urllib.parse import unquote, urlparse
 
 import pyarrow as pa
@@ -27,7 +27,7 @@ from .. import volume
 from ..io import transport
 from ..errors import TableError
 from .messages import first_line
-from .publication import Snapshot
+from .publication import Parts, Snapshot
 from .sizing import layout
 
 
@@ -41,8 +41,8 @@ def snapshot(table: str, version: int | None, rows_per_file: int | None, rows_pe
     key = {"engine": "deltalake", "table": identity, "table_id": dt.metadata().id, "version": dt.version(),
            "rows_per_file": per_file, "rows_per_row_group": per_group}
 
-    def write(folder: str, token: str, finished: Callable[[str], None]) -> int:
-        return _write(dt, identity, folder, token, finished, per_file, per_group, progress, logged_rows)
+    def write(folder: str, token: str, parts: Parts) -> int:
+        return _write(dt, identity, folder, token, parts, per_file, per_group, progress, logged_rows)
 
     return Snapshot(key, write, _local_path(dt.table_uri))
 
@@ -119,10 +119,10 @@ def _reader(dt) -> pa.RecordBatchReader:
     return dt.to_pyarrow_dataset(filesystem=pafs.SubTreeFileSystem(root, fs)).scanner().to_reader()
 
 
-def _write(dt, table: str, folder: str, token: str, finished: Callable[[str], None], rows_per_file: int,
+def _write(dt, table: str, folder: str, token: str, parts: Parts, rows_per_file: int,
            rows_per_row_group: int, progress: bool, expected_rows: int | None) -> int:
     """Write the table's rows into `folder` (created), as part-<token>-<i>.parquet files, each given to
-    `finished` once closed; returns the rows."""
+    `parts` once closed (asked before each batch whether to go on); returns the rows."""
     with _read_errors_as_table_error(dt, table):
         _check_files_exist(dt)
         reader = _reader(dt)
@@ -130,9 +130,13 @@ def _write(dt, table: str, folder: str, token: str, finished: Callable[[str], No
     with tqdm(total=expected_rows, unit="rows", unit_scale=True, disable=not progress, desc="export") as bar:
         def counted():
             nonlocal written
-            # Only reading runs inside: the writer's errors are raised in write_dataset, not here.
+            # Only reading runs inside: the writer's errors are raised in write_dataset, not here. An export
+            # that failed ends the rows early: an exception raised into write_dataset (from here or from
+            # its file visitor) can hang or abort its writer threads.
             with _read_errors_as_table_error(dt, table):
                 for batch in reader:
+                    if not parts.wanted():
+                        return
                     bar.update(batch.num_rows)
                     written += batch.num_rows
                     yield batch
@@ -141,12 +145,12 @@ def _write(dt, table: str, folder: str, token: str, finished: Callable[[str], No
             pa.RecordBatchReader.from_batches(reader.schema, counted()), folder, format="parquet",
             basename_template=f"part-{token}-{{i}}.parquet", max_rows_per_file=rows_per_file,
             min_rows_per_group=rows_per_row_group, max_rows_per_group=rows_per_row_group,
-            existing_data_behavior="error", file_visitor=lambda file: finished(file.path))
+            existing_data_behavior="error", file_visitor=lambda file: parts.finished(file.path))
     if not written:  # an empty table still exports its schema
         os.makedirs(folder, exist_ok=True)
         empty = os.path.join(folder, f"part-{token}-0.parquet")
         pq.write_table(reader.schema.empty_table(), empty)
-        finished(empty)
+        parts.finished(empty)
     return written
 
 

@@ -59,7 +59,7 @@ import secrets
 import shutil
 import tempfile
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Callable
 
@@ -76,6 +76,7 @@ _FORMAT = 2
 _POINTER_TMP = f".{POINTER}."
 _STAMP = "%Y%m%dT%H%M%SZ"
 _UPLOADS = 4  # parts uploading at once over the Files API
+_STAGED = 2 * _UPLOADS  # parts on local disk, uploading or waiting to, before the engine waits for room
 _NAME = re.compile(r"(?:v\d+|snapshot)-(\d{8}T\d{6}Z)-[0-9a-f]+")
 
 
@@ -103,6 +104,18 @@ class ExportResult:
     skipped: bool
 
 
+class Parts:
+    """What an engine tells an export of the Parquet files it writes, and asks it; on a mounted volume,
+    where the files are written in place, there is nothing to do."""
+
+    def finished(self, path: str) -> None:
+        """The file at `path` is complete."""
+
+    def wanted(self) -> bool:
+        """Whether to write more rows: False once the export has failed."""
+        return True
+
+
 @dataclass(frozen=True)
 class Snapshot:
     """A table version ready to export, as an engine prepares it.
@@ -111,16 +124,16 @@ class Snapshot:
         key: what identifies the export (table, version, sizes); an export
             whose key equals the current one's is skipped. JSON-serialisable.
         write: writes the rows as Parquet into a local folder it creates
-            (`write(folder, token, finished)`, `token` unique to this export,
-            for file names), calls `finished(path)` with each file as soon as
-            it is complete (over the Files API, its upload starts then), and
-            returns the number of rows written.
+            (`write(folder, token, parts)`, `token` unique to this export,
+            for file names), tells `parts` (a `Parts`) of each file as soon
+            as it is complete and asks it before each batch of rows whether
+            to go on, and returns the number of rows written.
         root: the table's local folder, if it has one: the destination must
             not lie inside it.
     """
 
     key: dict
-    write: Callable[[str, str, Callable[[str], None]], int]
+    write: Callable[[str, str, Parts], int]
     root: str | None = None
 
 
@@ -199,7 +212,7 @@ class Destination:
             folder = os.path.join(exports, name)
             try:
                 if transport.remote() is None:
-                    rows = snapshot.write(folder, token, lambda path: None)
+                    rows = snapshot.write(folder, token, Parts())
                     files = sorted(n for n in os.listdir(folder) if _is_part(n))
                 else:
                     rows, files = _write_staged(snapshot, folder, token)
@@ -351,35 +364,70 @@ def _write_staged(snapshot: Snapshot, folder: str, token: str) -> tuple[int, lis
     into the volume folder `folder` as soon as the engine finishes it; (rows, the parts' names).
 
     The staging folder is private (`mkdtemp`, 0700) and removed afterwards, on failure too; a part's
-    local copy goes once it is on the volume, so the disk holds about the parts still uploading.
+    local copy goes once it is on the volume. See `_Uploads` for how much the disk holds.
     """
     stage = tempfile.mkdtemp(prefix="air-export-")
-    uploads: list[Future] = []
-    names: list[str] = []
-
-    def put(path: str, name: str) -> None:
-        transport.write_file(f"{folder}/{name}", path)
-        os.unlink(path)
-
     try:
         with ThreadPoolExecutor(_UPLOADS, thread_name_prefix="air-export-put") as pool:
-            def finished(path: str) -> None:
-                name = os.path.basename(path)
-                if _is_part(name):
-                    names.append(name)
-                    uploads.append(pool.submit(put, path, name))
-
+            uploads = _Uploads(pool, folder)
             try:
-                rows = snapshot.write(os.path.join(stage, "parts"), token, finished)
+                rows = snapshot.write(os.path.join(stage, "parts"), token, uploads)
             except BaseException:
-                for u in uploads:
-                    u.cancel()
+                uploads.cancel()
                 raise
-            for u in uploads:
-                u.result()
+            return rows, uploads.result()
     finally:
         shutil.rmtree(stage, ignore_errors=True)
-    return rows, sorted(names)
+
+
+class _Uploads(Parts):
+    """The engine's parts, each put into the volume folder `folder` once finished, `_UPLOADS` at once.
+
+    The engine waits for rows (`wanted`) while `_STAGED` parts are on local disk, so the disk holds
+    those and what the engine has in hand; the first upload that fails stops it, rather than after
+    the whole table is written.
+    """
+
+    def __init__(self, pool: ThreadPoolExecutor, folder: str) -> None:
+        self._pool, self._folder = pool, folder
+        self._all: list[Future] = []
+        self._names: list[str] = []
+        self._running: list[Future] = []
+        self._failed = False
+
+    def finished(self, path: str) -> None:
+        name = os.path.basename(path)
+        if _is_part(name) and not self._failed:
+            self._names.append(name)
+            self._all.append(self._pool.submit(self._put, path, name))
+            self._running.append(self._all[-1])
+
+    def wanted(self) -> bool:
+        while True:
+            running = []
+            for u in self._running:
+                if not u.done():
+                    running.append(u)
+                elif u.exception() is not None:
+                    self._failed = True
+            self._running = running
+            if self._failed or len(running) <= _STAGED:
+                return not self._failed
+            wait(running, return_when=FIRST_COMPLETED)
+
+    def cancel(self) -> None:
+        for u in self._all:
+            u.cancel()
+
+    def result(self) -> list[str]:
+        """The parts' names, once every upload is done; the first upload's error, if one failed."""
+        for u in self._all:
+            u.result()
+        return sorted(self._names)
+
+    def _put(self, path: str, name: str) -> None:
+        transport.write_file(f"{self._folder}/{name}", path)
+        os.unlink(path)
 
 
 def _node_lock(local_dest: str) -> FileLock:

@@ -17,11 +17,11 @@ import hashlib
 import os
 import secrets
 import shutil
-from typing import Any, Callable
+from typing import Any
 
 from ..errors import AirError, TableError
 from .messages import first_line
-from .publication import Snapshot
+from .publication import Parts, Snapshot
 from .sizing import ROW_GROUP_BYTES
 
 
@@ -43,12 +43,12 @@ def snapshot(spark: Any, name: str, version: int | None, rows_per_file: int | No
     digest = hashlib.sha256("\n".join(files).encode()).hexdigest()[:32] if files else secrets.token_hex(16)
     key = {"engine": "spark", "table": name, "table_id": None, "version": version, "fingerprint": digest,
            "rows_per_file": rows_per_file}
-    return Snapshot(key, lambda folder, token, finished: _write(df, folder, rows_per_file, finished))
+    return Snapshot(key, lambda folder, token, parts: _write(df, folder, rows_per_file, parts))
 
 
-def _write(df: Any, folder: str, rows_per_file: int | None, finished: Callable[[str], None]) -> int:
+def _write(df: Any, folder: str, rows_per_file: int | None, parts: Parts) -> int:
     """Write `df` as Parquet into `folder` (which must not exist), with streaming-sized row groups, each file
-    given to `finished` once Spark's markers are gone; the rows."""
+    given to `parts` once Spark's markers are gone; the rows."""
     import pyarrow.parquet as pq
     from pyspark.errors import PySparkException
 
@@ -59,17 +59,19 @@ def _write(df: Any, folder: str, rows_per_file: int | None, finished: Callable[[
         writer.parquet(folder)
     except PySparkException as e:
         raise AirError(f"Spark could not write the export into {folder}: {first_line(e)}") from None
-    rows, parts = 0, []
+    rows, files = 0, []
     for entry in os.scandir(folder):
         if entry.name.endswith(".parquet") and entry.name[0] not in "._":
             rows += pq.read_metadata(entry.path).num_rows
-            parts.append(entry.path)
+            files.append(entry.path)
         elif entry.is_dir(follow_symlinks=False):
             shutil.rmtree(entry.path)
         else:
             os.unlink(entry.path)
-    for path in parts:
-        finished(path)
+    for path in files:
+        if not parts.wanted():  # the export failed: the other files are not wanted
+            break
+        parts.finished(path)
     return rows
 
 
