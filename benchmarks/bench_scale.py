@@ -74,6 +74,7 @@ RESUME = SYNTHETIC + r'''
 import sys, time, json, random
 import numpy as np
 from air_core import Grid, resume
+from air_core.planning.shares import Planning
 n, root = int(sys.argv[1]), sys.argv[2]
 m = synthetic(n, root)
 opts = dict(seed=0, shuffle=True, balance="bytes", equalize="none")
@@ -85,7 +86,7 @@ def run(grid, before):
     streams = []
     for r in range(w):
         for k in range(nw):
-            mine = resume.plan(m.sizes, Grid(r, w, k, nw), before, epoch=0, **opts)
+            mine = resume.plan_resume(m.sizes, Grid(r, w, k, nw), before, planning=Planning(**opts), epoch=0)
             streams.append({"grid": [r, w, k, nw], "consumed": rnd.randrange(len(mine) // 2 + 1)})
     return {"version": resume.VERSION, "epoch": 0, "fingerprint": m.fingerprint, key: opts,
             "resumed_from": before, "streams": streams}
@@ -93,7 +94,7 @@ def run(grid, before):
 first = run((8, 6), None)
 second = run((4, 3), first)  # resumed on another grid
 t = time.perf_counter()
-items = resume.plan(m.sizes, Grid(1, 2, 1, 2), second, epoch=0, **opts)  # and resumed again
+items = resume.plan_resume(m.sizes, Grid(1, 2, 1, 2), second, planning=Planning(**opts), epoch=0)  # and resumed again
 print(json.dumps({"resume_s": time.perf_counter() - t, "items": len(items)}))
 '''
 
