@@ -98,7 +98,7 @@ def offsets_name(k: int) -> str:
     return f".part-{k:05d}.offsets"
 
 
-def pack_folder(path: str) -> str | None:
+def pack_folder(path: str | volume.VolumePath) -> str | None:
     """The generation folder to read when `path` is a pack, else None.
 
     `path` may be a pack's destination (its pointer names the current
