@@ -22,10 +22,8 @@ from typing import Iterator, Union
 import datasets
 import pyarrow as pa
 
-from air_core import EQUALIZES, MODES, ON_ERRORS, Cache, MixedSource, MixedTable, OptionError, Source, check_columns, default_fetch_threads, detect_rank, freeze_inherited, resolve_mixture, resolve_source, resolve_sources, volume, without_skips
-from air_core import options as check
-from air_core.planning.shares import Planning
-from air_core.read import TableReader
+from air_core.doors import EQUALIZES, MODES, ON_ERRORS, Cache, MixedSource, MixedTable, OptionError, Planning, Source, TableReader, check_columns, default_fetch_threads, detect_rank, freeze_inherited, resolve_mixture, resolve_source, resolve_sources, volume, without_skips
+from air_core.doors import options as check
 
 from . import media, rows
 from .shards import check_drop, shard_count

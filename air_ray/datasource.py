@@ -34,10 +34,8 @@ from ray.data.datasource import Datasource, ReadTask
 from ray.util.annotations import RayDeprecationWarning
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from air_core import DEFAULT_FETCH_THREADS, EQUALIZES, ON_ERRORS, Equalize, Grid, MixedSource, MixedTable, Mode, OnError, OptionError, Source, check_columns, default_dir, detect_rank, entry_path_length, resolve_mixture, resolve_source, resolve_sources
-from air_core import options as check
-from air_core.planning.shares import Planning
-from air_core.read import TableReader
+from air_core.doors import DEFAULT_FETCH_THREADS, EQUALIZES, ON_ERRORS, Equalize, Grid, MixedSource, MixedTable, Mode, OnError, OptionError, Planning, Source, TableReader, check_columns, default_dir, detect_rank, entry_path_length, resolve_mixture, resolve_source, resolve_sources
+from air_core.doors import options as check
 
 from . import owners as owners_mod
 from . import placement, task_plan

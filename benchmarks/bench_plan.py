@@ -26,7 +26,7 @@ OPTS = dict(seed=1, shuffle=True, balance="bytes", equalize="pad")
 def measure(n: int, as_list: bool) -> dict:
     import numpy as np
 
-    from air_core import Grid
+    from air_core.grid import Grid
     from air_core.planning.shares import Planning, plan_epoch
     from air_core.planning.resume import VERSION, delivered, plan_resume, run_state
 

@@ -34,7 +34,7 @@ GRID = {"world_size": 8, "num_workers": 6}
 # Runs in the measured process: build the synthetic listing the code under test understands.
 SYNTHETIC = r'''
 import numpy as np, air_core
-from air_core import Manifest
+from air_core.manifest import Manifest
 
 def synthetic(n, root):
     i = np.arange(n, dtype=np.int64)
@@ -73,7 +73,8 @@ print(json.dumps({"plan_s": min(times), "items": len(items),
 RESUME = SYNTHETIC + r'''
 import sys, time, json, random
 import numpy as np
-from air_core import Grid, resume
+from air_core.grid import Grid
+from air_core.planning import resume
 from air_core.planning.shares import Planning
 n, root = int(sys.argv[1]), sys.argv[2]
 m = synthetic(n, root)
@@ -101,7 +102,8 @@ print(json.dumps({"resume_s": time.perf_counter() - t, "items": len(items)}))
 LOADER = SYNTHETIC + r'''
 import os, sys, time, json
 import torch.utils.data
-from air_core import FileStream, Manifest
+from air_core import FileStream
+from air_core.manifest import Manifest
 
 def pss_mb(pid, field="Pss"):
     with open(f"/proc/{pid}/smaps_rollup") as f:
@@ -165,7 +167,7 @@ print(json.dumps({"save_s": took}))
 
 LIST = r'''
 import sys, time, json
-from air_core import list_folder
+from air_core.io.listing import list_folder
 t = time.perf_counter()
 m = list_folder(sys.argv[1])
 print(json.dumps({"list_s": time.perf_counter() - t, "files": len(m)}))

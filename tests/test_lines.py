@@ -16,7 +16,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import air_hf  # noqa: F401 - registers uc-volume
-from air_core import Cache, OptionError, resolve_source
+from air_core import OptionError, resolve_source
+from air_core.io.cache import Cache
 from air_core.errors import RecordError
 from air_core.planning.shares import Planning
 from air_core.read import line_spans

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 from hypothesis import given, reject, settings, strategies as st
 
-from air_core import Grid, OptionError
+from air_core import OptionError
+from air_core.grid import Grid
 from air_core.planning import mixture as mx
 from air_core.planning.resume import plan_resume
 from air_core.planning.shares import Planning

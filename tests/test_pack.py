@@ -252,7 +252,7 @@ def span_entries(cache_dir: Path) -> dict[str, int]:
 
 
 def test_each_node_fetches_only_its_ranks_row_groups_and_serves_the_next_epoch_itself(volume, tmp_path):
-    from air_core import Cache
+    from air_core.io.cache import Cache
     from air_core.packs.read import offsets, placement
 
     loose = loose_files(volume)

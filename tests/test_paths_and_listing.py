@@ -5,7 +5,9 @@ import os
 import pytest
 from hypothesis import given, strategies as st
 
-from air_core import AirError, EmptyVolumeError, FileStream, Manifest, VolumePathError, list_folder
+from air_core import AirError, EmptyVolumeError, FileStream, VolumePathError
+from air_core.io.listing import list_folder
+from air_core.manifest import Manifest
 from air_core.io import listing
 from air_core.volume import parse
 

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from air_core import Grid, OptionError
+from air_core import OptionError
+from air_core.grid import Grid
 from air_core.planning import shares
 from air_core.planning.shares import Planning, epoch_order, largest_first, snake, worker_share
 

@@ -8,7 +8,8 @@ import pytest
 from hypothesis import given, settings, strategies as st
 from test_plan import OPTS, old_rank_shares, old_worker_share, outcome, plan, rank_shares
 
-from air_core import Grid, OptionError, StateError
+from air_core import OptionError, StateError
+from air_core.grid import Grid
 from air_core.planning import resume
 from air_core.planning.resume import VERSION, check_version, upgrade
 from air_core.planning.shares import Planning

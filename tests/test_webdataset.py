@@ -15,7 +15,8 @@ from datasets import load_dataset
 from PIL import Image
 
 import air_hf
-from air_core import Cache, resolve_source
+from air_core import resolve_source
+from air_core.io.cache import Cache
 from air_core.errors import EmptyVolumeError, OptionError, RecordError
 from air_core.planning.shares import Planning
 

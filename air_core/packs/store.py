@@ -8,7 +8,7 @@ current generation:
 
     dst/_air_pack.json                       the pointer: which generation is current (+ retired ones)
     dst/_packs/<generation>/part-00000.parquet ...   the shards: a row per packed file
-    dst/_packs/<generation>/.index.listing           the packed files' listing (air_core.Manifest)
+    dst/_packs/<generation>/.index.listing           the packed files' listing (air_core.manifest.Manifest)
     dst/_packs/<generation>/.offsets                 where each file's bytes start in its shard (int64, LE)
     dst/_packs/<generation>/.part-00000.offsets ...  the same, per shard, copied before the shard
     dst/_packs/<generation>/.pack.json               the generation's marker, written last
