@@ -1,7 +1,7 @@
 """Which items one stream reads, in which order. Pure: numbers in, lists out.
 
 Items are indices into a manifest; sizes are their weights (bytes, or rows for
-tabular units). A plan is a function of (sizes, grid, epoch, seed, options)
+tabular units). A plan is a function of (sizes, grid, epoch, `Planning`)
 alone, so every rank and worker computes its share without talking to the
 others, and the shares are disjoint and complete by construction.
 
