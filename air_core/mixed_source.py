@@ -214,14 +214,13 @@ class MixtureReader:
     def count(self, pieces: Sequence[int]) -> int:
         return len(pieces)
 
-    def deal(self, pieces: Sequence[int], parts: int, *, seed: int, shuffle: bool,
-             equalize: plan_mod.Equalize) -> list[list[int]]:
+    def deal(self, pieces: Sequence[int], parts: int, planning: plan_mod.Planning) -> list[list[int]]:
         """`pieces` dealt into `parts` byte-balanced parts, by position (an item held twice may go to two)."""
         sizes = self.sizes_of(pieces)
-        dealt = plan_mod.rank_shares(sizes, world_size=parts, seed=seed, shuffle=shuffle, equalize=equalize)
+        dealt = plan_mod.rank_shares(sizes, world_size=parts, planning=planning)
         return [[pieces[k] for k in part] for part in dealt]
 
-    def files_of(self, pieces: Sequence[int], *, seed: int, shuffle: bool) -> list[int]:
+    def files_of(self, pieces: Sequence[int], planning: plan_mod.Planning) -> list[int]:
         return list(pieces)
 
     def check(self, **opts: Any) -> None:
@@ -229,22 +228,19 @@ class MixtureReader:
         for source in self.mixed.sources:
             source.reader.check(**opts)
 
-    def plan(self, grid: Grid, resumed_from: dict | None, *, epoch: int, seed: int, shuffle: bool, balance: str,
-             equalize: plan_mod.Equalize) -> list[int]:
+    def plan(self, grid: Grid, resumed_from: dict | None, planning: plan_mod.Planning, *, epoch: int) -> list[int]:
         """The items one stream reads in `epoch` after resuming the run `resumed_from`."""
-        ep = self.mixed.epoch(epoch, seed)
-        slots = resume.plan(ep.sizes, grid, resumed_from, epoch=epoch, seed=seed, shuffle=shuffle, balance=balance,
-                            equalize=equalize, deal_order=ep.deal_order if balance == "bytes" else None)
+        ep = self.mixed.epoch(epoch, planning.seed)
+        slots = resume.plan_resume(ep.sizes, grid, resumed_from, planning=planning, epoch=epoch,
+                                   deal_order=ep.deal_order if planning.balance == "bytes" else None)
         return ep.items_at(np.asarray(slots, dtype=np.int64)).tolist()
 
-    def rank_count(self, rank: int, world_size: int, *, epoch: int, seed: int, shuffle: bool, balance: str,
-                   equalize: plan_mod.Equalize) -> int:
+    def rank_count(self, rank: int, world_size: int, planning: plan_mod.Planning, *, epoch: int) -> int:
         """How many items `rank` reads in `epoch`."""
-        ep = self.mixed.epoch(epoch, seed)
-        order = plan_mod.Epoch(ep.sizes, epoch=epoch, seed=seed, shuffle=shuffle,
-                               by_size=ep.deal_order(world_size) if balance == "bytes" else None)
-        deal = plan_mod.Deal(order, world_size, balance=balance, equalize=equalize, excluded=None)
-        return len(deal.share(rank))
+        ep = self.mixed.epoch(epoch, planning.seed)
+        order = plan_mod.Epoch(ep.sizes, epoch=epoch, planning=planning,
+                               by_size=ep.deal_order(world_size) if planning.balance == "bytes" else None)
+        return len(plan_mod.Deal(order, world_size, excluded=None).share(rank))
 
     def read_files(self, items: Sequence[int], cache: Cache, *, fetch_threads: int, on_error: OnError = "raise",
                    **fetch: int) -> Iterator[CachedFile | Skipped]:
@@ -269,11 +265,10 @@ class MixtureReader:
 
     pieces_per_task = FilesReader.pieces_per_task
 
-    def share(self, rank: int, world_size: int, *, epoch: int, seed: int, shuffle: bool,
-              equalize: plan_mod.Equalize) -> tuple[np.ndarray, list[int]]:
+    def share(self, rank: int, world_size: int, planning: plan_mod.Planning, *,
+              epoch: int) -> tuple[np.ndarray, list[int]]:
         """`rank`'s items in `epoch`, in read order, each keyed by itself: its place in the mixture's listing."""
-        items = self.plan(Grid(rank, world_size), None, epoch=epoch, seed=seed, shuffle=shuffle, balance="bytes",
-                          equalize=equalize)
+        items = self.plan(Grid(rank, world_size), None, planning, epoch=epoch)
         return np.asarray(items, dtype=np.int64), items
 
     def share_weights(self, rank: int, world_size: int, *, equalize: plan_mod.Equalize) -> np.ndarray:
@@ -298,7 +293,7 @@ class MixtureReader:
             paths[at], names[at] = self.mixed.sources[s].reader.path_lengths(local)
         return paths, names
 
-    def part(self, pieces: Sequence[int], *, epoch: int, seed: int, shuffle: bool) -> MixedFilesPart:
+    def part(self, pieces: Sequence[int], planning: plan_mod.Planning, *, epoch: int) -> MixedFilesPart:
         """The files `pieces` (places in the mixture's listing) packed to be read in another process."""
         items = np.asarray(pieces, dtype=np.int64)
         listing: list[Any] = [None] * len(items)

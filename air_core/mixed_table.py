@@ -14,7 +14,7 @@ resumed run deals what is left as `RowStream` does any table's runs.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence
 
@@ -24,7 +24,7 @@ from .errors import OptionError
 from .mixed_source import Mixed, MixedSource, resolve_specs
 from .planning import mixture
 from .planning.rows import RowSlice, deal_rows, piece_bytes
-from .planning.shares import Equalize, epoch_order
+from .planning.shares import Equalize, Planning, epoch_order
 from .read import TableReader
 from .read.reader import Part
 from .read.row_groups import CountedUnits
@@ -184,21 +184,19 @@ class MixedTableReader(TableReader):
             out.append([MixedPiece(i, units[u], a, b) for u, a, b in ranges])
         return out
 
-    def deal(self, pieces: Sequence[MixedPiece], parts: int, *, seed: int, shuffle: bool,
-             equalize: Equalize) -> list[list[MixedPiece]]:
+    def deal(self, pieces: Sequence[MixedPiece], parts: int, planning: Planning) -> list[list[MixedPiece]]:
         """The rows of `pieces` cut into `parts` ranges of as many rows (with `equalize`, exactly), in a seeded
         order with `shuffle`."""
-        dealt = deal_rows(pieces, parts, seed=seed, shuffle=shuffle, equalize=equalize)
+        dealt = deal_rows(pieces, parts, planning)
         return [[MixedPiece(s.unit.source, s.unit.unit, s.unit.start + s.start, s.unit.start + s.stop) for s in part]
                 for part in dealt]
 
-    def share(self, rank: int, world_size: int, *, epoch: int, seed: int, shuffle: bool,
-              equalize: Equalize) -> tuple[np.ndarray, list]:
+    def share(self, rank: int, world_size: int, planning: Planning, *, epoch: int) -> tuple[np.ndarray, list]:
         """`rank`'s pieces of `epoch`, in read order: its part of each source's rows (within a row of the
         others'), then, with `equalize`, rows dropped or padded to the smallest or largest rank's count."""
         ranks: list[list[MixedPiece]] = [[] for _ in range(world_size)]
         before = 0
-        for pieces, k in zip(self._source_pieces(epoch, seed), self.source.counts):
+        for pieces, k in zip(self._source_pieces(epoch, planning.seed), self.source.counts):
             # Rank r takes as many of the source's rows as the positions r mod R among the epoch's rows
             # [before, before + k): within one of k / R, and its total within one of every other rank's.
             lengths = [(before + k - 1 - r) // world_size - (before - 1 - r) // world_size for r in range(world_size)]
@@ -207,11 +205,11 @@ class MixedTableReader(TableReader):
             before += k
         counts = [self.count(p) for p in ranks]
         mine = ranks[rank]
-        if equalize != "none" and len(set(counts)) > 1:
-            want = min(counts) if equalize == "drop" else max(counts)
+        if planning.equalize != "none" and len(set(counts)) > 1:
+            want = min(counts) if planning.equalize == "drop" else max(counts)
             mine = _resized(mine, want, next(p for p in ranks if p))
-        if shuffle:
-            mine = [mine[k] for k in epoch_order(len(mine), epoch=epoch, seed=seed, shuffle=True)]
+        if planning.shuffle:
+            mine = [mine[k] for k in epoch_order(len(mine), epoch=epoch, seed=planning.seed, shuffle=True)]
         else:
             mine = _interleaved(mine, len(self._units))
         return np.array([self._keys[p.source][p.unit] for p in mine], dtype=np.int64), mine
@@ -220,13 +218,14 @@ class MixedTableReader(TableReader):
         """The bytes of every unit of every source, by the keys `share` gives: any may be drawn into a share."""
         return np.array([u.nbytes for units in self._units for u in units], dtype=np.int64)
 
-    def part(self, pieces: Sequence[MixedPiece], *, epoch: int, seed: int, shuffle: bool) -> MixedTablePart:
+    def part(self, pieces: Sequence[MixedPiece], planning: Planning, *, epoch: int) -> MixedTablePart:
         """The pieces packed to be read in another process: each source's, as its reader packs them (the rows
         inside a piece in the file's order, as `read_pieces` reads them)."""
         by_source: dict[int, list] = {}
         for p in pieces:
             by_source.setdefault(p.source, []).append(p.native)
-        return MixedTablePart([self.source.sources[s].reader.part(natives, epoch=epoch, seed=seed, shuffle=False)
+        in_file_order = replace(planning, shuffle=False)
+        return MixedTablePart([self.source.sources[s].reader.part(natives, in_file_order, epoch=epoch)
                                for s, natives in by_source.items()])
 
     def read_pieces(self, pieces: Sequence[MixedPiece], cache: Cache, *, columns: Sequence[str] | None,

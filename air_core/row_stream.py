@@ -64,6 +64,9 @@ class RowStream(Stream):
 
     """
 
+    # Rows are dealt by rows, never by a choice of balance: a state names none.
+    _state_options = ("seed", "shuffle", "equalize")
+
     def __init__(
         self,
         path: str | None = None,
@@ -128,7 +131,7 @@ class RowStream(Stream):
         if columns is not None:
             check_columns(columns, reader.schema().names)
         self._columns = list(columns) if columns is not None else None
-        self._plan_opts = {"seed": seed, "shuffle": shuffle, "equalize": equalize}
+        self._planning = plan_mod.Planning(seed, shuffle, "bytes", equalize)
         self._place(rank, world_size, worker, num_workers, cache_dir, cache_limit, verify)
         self._fetch_threads, self._on_error = fetch_threads, on_error
         self._consumed = [0, 0]
@@ -152,7 +155,7 @@ class RowStream(Stream):
 
     def runs(self, grid: Grid | None = None) -> list[Run]:
         """The runs of rows this stream reads this epoch, in order (no resume applied)."""
-        return _Planner(self._source.reader, self._epoch, self._plan_opts).runs(grid or self.grid(), None)
+        return _Planner(self._source.reader, self._epoch, self._planning).runs(grid or self.grid(), None)
 
     # -- iteration and resume ----------------------------------------------------
 
@@ -201,7 +204,7 @@ class RowStream(Stream):
         resumed_from, mine = self._take_pending(grid)
         done = list(mine["consumed"]) if mine else [0, 0]
         self._skipped_before = list(mine.get("skipped", [])) if mine else []
-        runs = _Planner(self._source.reader, self._epoch, self._plan_opts).runs(grid, resumed_from)
+        runs = _Planner(self._source.reader, self._epoch, self._planning).runs(grid, resumed_from)
         self._grid, self._consumed, self._resumed_from = grid, list(done), resumed_from
         self._skipped = []
         left = remainder(runs, done)
@@ -210,7 +213,7 @@ class RowStream(Stream):
         seen = [0] * len(left)
         pieces = self._source.reader.read_pieces(
             [r.piece for r in left], self.cache, columns=self._columns, fetch_threads=threads, epoch=self._epoch,
-            seed=self._plan_opts["seed"], shuffle=self._plan_opts["shuffle"], on_error=self._on_error,
+            seed=self._planning.seed, shuffle=self._planning.shuffle, on_error=self._on_error,
             skipped=self._skipped)
         self._pass_end = first + len(left)
         for k, table in pieces:
@@ -231,7 +234,7 @@ class RowStream(Stream):
         g = self._grid if pending is None and self._grid is not None else self.grid()
         consumed, before = ([0, 0], pending) if pending is not None else (list(self._consumed), self._resumed_from)
         return {"version": resume.VERSION, "epoch": self._epoch, "fingerprint": self._source.fingerprint,
-                "options": dict(self._plan_opts), "grid": [g.rank, g.world_size, g.worker, g.num_workers],
+                "options": self._options(), "grid": [g.rank, g.world_size, g.worker, g.num_workers],
                 "consumed": consumed, "skipped": [] if pending is not None else list(self.skipped),
                 "resumed_from": before}
 
@@ -239,9 +242,8 @@ class RowStream(Stream):
 class _Planner:
     """The runs of every stream of one epoch after a chain of resumes, each level computed once."""
 
-    def __init__(self, reader: TableReader, epoch: int, plan_opts: dict) -> None:
-        self.reader, self.epoch = reader, epoch
-        self.seed, self.shuffle, self.equalize = plan_opts["seed"], plan_opts["shuffle"], plan_opts["equalize"]
+    def __init__(self, reader: TableReader, epoch: int, planning: plan_mod.Planning) -> None:
+        self.reader, self.epoch, self.planning = reader, epoch, planning
         self._runs: dict[tuple[int, Grid], list[Run]] = {}
 
     def runs(self, grid: Grid, state: dict | None) -> list[Run]:
@@ -253,8 +255,7 @@ class _Planner:
 
     def _rank_runs(self, grid: Grid, state: dict | None) -> list[Run]:
         if state is None:
-            _, pieces = self.reader.share(grid.rank, grid.world_size, epoch=self.epoch, seed=self.seed,
-                                          shuffle=self.shuffle, equalize=self.equalize)
+            _, pieces = self.reader.share(grid.rank, grid.world_size, self.planning, epoch=self.epoch)
             return [Run(p) for p in pieces]
         prior = state.get("resumed_from")
         streams = [(Grid(*s["grid"]), s) for s in state["streams"]]
@@ -263,11 +264,11 @@ class _Planner:
         if all(g.world_size == grid.world_size for g in left):  # each rank keeps what is left of its own share
             pools = [[r for g, runs in left.items() if g.rank == rank for r in runs] for rank in range(grid.world_size)]
             counts = [sum(r.rows() or 0 for r in pool) for pool in pools]
-            if self.equalize == "none" or len(set(counts)) == 1:
+            if self.planning.equalize == "none" or len(set(counts)) == 1:
                 return pools[grid.rank]
         every = [r for runs in left.values() for r in runs]
-        if self.equalize != "none":
-            return deal_rows(every, grid.world_size, self.equalize)[grid.rank]
+        if self.planning.equalize != "none":
+            return deal_rows(every, grid.world_size, self.planning.equalize)[grid.rank]
         return self._by_bytes(every, grid.world_size)[grid.rank]
 
     def _workers(self, runs: list[Run], grid: Grid) -> list[Run]:

@@ -59,14 +59,15 @@ class Source:
         options: the format options given (`schema`, `delimiter`, `sample_by`), for its reader.
     """
 
-    def __init__(self, path: str, mode: str, manifest: Manifest, listing: dict, cache_dir: str | None,
-                 given: str | None = None, options: dict[str, Any] | None = None) -> None:
-        self.path, self.mode, self.fingerprint = path, mode, manifest.fingerprint
+    def __init__(self, path: str | volume.VolumePath, mode: str, manifest: Manifest, listing: dict,
+                 cache_dir: str | None, given: str | None = None, options: dict[str, Any] | None = None) -> None:
+        folder = volume.parse(path)
+        self.path, self.mode, self.fingerprint = folder.path, mode, manifest.fingerprint
         self.options = options or {}
-        self.given = given or path
+        self.given = given or folder.path
         # Where the folder lies here, where it was resolved: a process elsewhere (a Ray task, an actor that
         # plans them) may not share this one's AIR_VOLUMES_ROOT.
-        self.local = volume.parse(path).local
+        self.local = folder.local
         self._listing, self.cache_dir = listing, cache_dir
         self._listing_file: str | None = None
         _remember(self.fingerprint, manifest=manifest)
@@ -185,7 +186,10 @@ def resolve_source(
         listing = {"table": delta_table, "version": delta_version}
         manifest = dist.list_once(lambda: _list(None, listing), _listings(cache_dir))
         return _finish(Source(manifest.root, "parquet", manifest, listing, cache_dir, options=given_options))
-    path = given = volume.parse(path).path
+    # Parsed once: the layers below take the VolumePath, and only a path that changes (an export's, a pack's
+    # generation) is parsed again.
+    folder = volume.parse(path)
+    given = folder.path
     if delta_table is not None:
         if mode == "files":
             raise OptionError("delta_table= exports the table's rows as Parquet: leave mode unset, "
@@ -195,29 +199,34 @@ def resolve_source(
         from .delta import export_delta  # the `delta` extra
 
         # The export's own folder, not `path`: it stays put while a newer export replaces `path`.
-        path, mode = export_delta(delta_table, path, spark=spark, version=delta_version).path, "parquet"
+        export = export_delta(delta_table, folder.path, spark=spark, version=delta_version)
+        folder, mode = volume.parse(export.path), "parquet"
     elif delta_version is not None or spark is not None:
         raise OptionError("delta_version= and spark= go with delta_table=: name the table to export")
     elif manifest is None:
         from .delta.publication import current_export
 
-        path = current_export(path) or path  # an export's destination reads as its current export
-        packed = pack_store.pack_folder(path)
+        export = current_export(folder)
+        if export is not None:  # an export's destination reads as its current export
+            folder = volume.parse(export)
+        packed = pack_store.pack_folder(folder)
         if packed is not None and mode in ("auto", "files", "pack"):
-            return _finish(_pack_source(packed, path, include, exclude, file_extensions, cache_dir, given_options))
+            return _finish(_pack_source(packed, folder.path, include, exclude, file_extensions, cache_dir,
+                                        given_options))
         if mode == "parquet" and packed is not None:
-            path = packed
+            folder = volume.parse(packed)
     if mode == "pack":
-        raise OptionError(f"mode='pack' but {path} is not a pack (it has no {pack_store.POINTER}): pack its files "
-                          f"with `air-data pack SRC {path}` or air_core.pack(), or read them with mode='files'")
+        raise OptionError(f"mode='pack' but {folder.path} is not a pack (it has no {pack_store.POINTER}): pack its "
+                          f"files with `air-data pack SRC {folder.path}` or air_core.pack(), or read them with "
+                          "mode='files'")
     listing = {"include": include, "exclude": exclude, "extensions": _extensions(file_extensions)}
     if manifest is None:
-        manifest = dist.list_once(lambda: _list(path, listing), _listings(cache_dir))
+        manifest = dist.list_once(lambda: _list(folder, listing), _listings(cache_dir))
     else:
-        if manifest.root != path:
-            raise OptionError(f"manifest= lists {manifest.root}, not {path}")
+        if manifest.root != folder.path:
+            raise OptionError(f"manifest= lists {manifest.root}, not {folder.path}")
         dist.check_same(manifest)
-    return _finish(Source(path, _mode(manifest, mode), manifest, listing, cache_dir, given, given_options))
+    return _finish(Source(folder, _mode(manifest, mode), manifest, listing, cache_dir, given, given_options))
 
 
 def _finish(source: Source) -> Source:
@@ -231,7 +240,7 @@ def _finish(source: Source) -> Source:
     return source
 
 
-def _list(path: str | None, listing: dict) -> Manifest:
+def _list(path: volume.VolumePath | None, listing: dict) -> Manifest:
     """What `listing` says to list: a folder's files, or the data files of a Delta table read in place."""
     if "table" in listing:
         from .delta.in_place import table_files

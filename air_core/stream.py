@@ -130,7 +130,7 @@ class FileStream(Stream):
                                   "source's dict, not beside sources=")
             self._source = resolve_sources(sources, epoch_size=epoch_size, cache_dir=cache_dir)
         self._source.reader.check(balance=balance, on_error=on_error)
-        self._plan_opts = {"seed": seed, "shuffle": bool(shuffle), "balance": balance, "equalize": equalize}
+        self._planning = plan_mod.Planning(seed, bool(shuffle), balance, equalize)
         self._place(rank, world_size, worker, num_workers, cache_dir, cache_limit, verify)
         self._fetch = {"fetch_threads": fetch_threads, "prefetch": prefetch, "prefetch_bytes": prefetch_bytes,
                        "on_error": on_error}
@@ -151,7 +151,7 @@ class FileStream(Stream):
 
     def __len__(self) -> int:
         """Files this rank reads per epoch, all its DataLoader workers together."""
-        return self._source.reader.rank_count(self._rank, self._world_size, epoch=self._epoch, **self._plan_opts)
+        return self._source.reader.rank_count(self._rank, self._world_size, self._planning, epoch=self._epoch)
 
     # -- iteration and resume ----------------------------------------------------
 
@@ -171,11 +171,11 @@ class FileStream(Stream):
                 self._consumed += 1
                 yield r
         else:
-            yield from without_skips(self._positions(records), keep_count=self._plan_opts["equalize"] != "none")
+            yield from without_skips(self._positions(records), keep_count=self._planning.equalize != "none")
 
     def _plan(self, grid: Grid, resumed_from: dict | None) -> list[int]:
         """This stream's items after resuming the run `resumed_from`."""
-        return self._source.reader.plan(grid, resumed_from, epoch=self._epoch, **self._plan_opts)
+        return self._source.reader.plan(grid, resumed_from, self._planning, epoch=self._epoch)
 
     def _positions(self, records: Iterator[CachedFile | Skipped]) -> Iterator[CachedFile | Skipped]:
         # A skipped file's place in the plan is passed like a delivered one's: a resume goes on after it.
@@ -200,7 +200,7 @@ class FileStream(Stream):
             "version": resume.VERSION,
             "epoch": self._epoch,
             "fingerprint": self._source.fingerprint,
-            "options": dict(self._plan_opts),
+            "options": self._options(),
             "grid": [g.rank, g.world_size, g.worker, g.num_workers],
             "consumed": consumed,
             "skipped": [] if pending is not None else list(self.skipped),

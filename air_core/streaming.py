@@ -7,11 +7,15 @@ own state (the same grid) or a whole run's (any grid) the same way.
 
 from __future__ import annotations
 
+from dataclasses import asdict
+from typing import ClassVar
+
 from . import dist
 from .errors import StateError
 from .grid import Grid
 from .io.cache import Cache
 from .planning import resume
+from .planning.shares import Planning
 from .source import Source
 
 
@@ -19,7 +23,9 @@ class Stream:
     """The plumbing of a (rank, worker) stream of a `Source`; subclasses plan and read."""
 
     _source: Source
-    _plan_opts: dict
+    _planning: Planning
+    # The planning options a state names, and a state loaded must match.
+    _state_options: ClassVar[tuple[str, ...]] = tuple(asdict(Planning()))
 
     def _place(self, rank: int | None, world_size: int | None, worker: int | None, num_workers: int | None,
                cache_dir: str | None, cache_limit: int | None, verify: bool) -> None:
@@ -70,14 +76,17 @@ class Stream:
         if state["fingerprint"] != self._source.fingerprint:
             raise StateError(self._source.changed_since(state["fingerprint"]))
         state = resume.upgrade(state)
-        if state.get("options", self._plan_opts) != self._plan_opts:
-            raise StateError(
-                f"the state was saved with plan options {state['options']}, this stream has {self._plan_opts}"
-            )
+        mine = self._options()
+        if state.get("options", mine) != mine:
+            raise StateError(f"the state was saved with plan options {state['options']}, this stream has {mine}")
         if "streams" in state and any(s.get("epoch", state["epoch"]) != state["epoch"] for s in state["streams"]):
             raise StateError("a run state's streams must all be from its epoch")
         self._pending = state
         self._epoch = state["epoch"]
+
+    def _options(self) -> dict:
+        """This stream's planning, as its states name it."""
+        return {name: getattr(self._planning, name) for name in self._state_options}
 
     def _take_pending(self, grid: Grid) -> tuple[dict | None, dict | None]:
         """(the run state this pass resumes, this stream's own saved state it goes on from); None, None: afresh."""

@@ -48,13 +48,16 @@ def volumes_root() -> str:
     return os.environ.get(VOLUMES_ROOT_ENV) or "/Volumes"
 
 
-def parse(path: str | os.PathLike) -> VolumePath:
+def parse(path: str | os.PathLike | VolumePath) -> VolumePath:
     """Validate a volume path's shape and map it onto this machine.
 
-    Accepts `/Volumes/c/s/v/...` and `dbfs:/Volumes/c/s/v/...`. Raises
-    `VolumePathError` for any other shape and for `..` segments; existence is
-    checked by `require_dir`.
+    Accepts `/Volumes/c/s/v/...` and `dbfs:/Volumes/c/s/v/...`, and returns a
+    `VolumePath` as it is: a layer passes down what it parsed, and the layers
+    below take it without parsing again. Raises `VolumePathError` for any
+    other shape and for `..` segments; existence is checked by `require_dir`.
     """
+    if isinstance(path, VolumePath):
+        return path
     raw = os.fspath(path)
     if not isinstance(raw, str):
         raise VolumePathError(f"volume path must be a string, got {type(raw).__name__}")

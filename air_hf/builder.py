@@ -22,9 +22,8 @@ from typing import Iterator, Union
 import datasets
 import pyarrow as pa
 
-from air_core import EQUALIZES, MODES, ON_ERRORS, Cache, MixedSource, MixedTable, OptionError, Source, check_columns, default_fetch_threads, detect_rank, freeze_inherited, resolve_mixture, resolve_source, resolve_sources, volume, without_skips
-from air_core import options as check
-from air_core.read import TableReader
+from air_core.doors import EQUALIZES, MODES, ON_ERRORS, Cache, MixedSource, MixedTable, OptionError, Planning, Source, TableReader, check_columns, default_fetch_threads, detect_rank, freeze_inherited, resolve_mixture, resolve_source, resolve_sources, volume, without_skips
+from air_core.doors import options as check
 
 from . import examples, media, rows
 from .shards import check_drop, shard_count
@@ -162,6 +161,11 @@ class UCVolumeConfig(datasets.BuilderConfig):
             check.whole(name, getattr(self, name), low=1, optional=True)
         check.whole("node_cache_limit", self.node_cache_limit, low=0, optional=True)
 
+    @property
+    def planning(self) -> Planning:
+        """How the shards are dealt and ordered, from the checked options."""
+        return Planning(self.seed, self.shuffle, equalize=self.equalize)
+
 
 def _resolve(config: UCVolumeConfig, features: datasets.Features | None) -> Source | MixedSource | MixedTable:
     if config.sources is not None:
@@ -233,7 +237,7 @@ class UCVolume(datasets.ArrowBasedBuilder):
             n = shard_count(len(pieces), world_size=world_size, num_workers=c.num_workers)
             if c.equalize == "drop":
                 check_drop(reader.count(pieces), reader.counts, n)
-            shards = reader.deal(pieces, n, seed=c.seed, shuffle=c.shuffle, equalize=c.equalize)
+            shards = reader.deal(pieces, n, c.planning)
             # A list in gen_kwargs is what datasets shards over: one element per shard.
             generators.append(datasets.SplitGenerator(name=split, gen_kwargs={"shards": shards}))
         return generators
@@ -262,7 +266,7 @@ class UCVolume(datasets.ArrowBasedBuilder):
             return
         features = self._features
         schema = features.arrow_schema
-        items = reader.files_of(pieces, seed=c.seed, shuffle=c.shuffle)
+        items = reader.files_of(pieces, c.planning)
         files = without_skips(reader.read_files(items, cache, fetch_threads=threads, on_error=c.on_error),
                               keep_count=c.equalize != "none")
         manifest = None if isinstance(self._source, MixedSource) else self._source.manifest  # for labels

@@ -7,7 +7,7 @@ from typing import TypeVar
 import datasets
 from datasets.distributed import split_dataset_by_node
 
-from air_core import OptionError, detect_rank
+from air_core.doors import OptionError, detect_rank
 
 D = TypeVar("D", datasets.Dataset, datasets.IterableDataset)
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import importlib
 import inspect
 
-from air_core import AirError, OptionError
+from air_core.doors import AirError, OptionError
 
 NAME = "uc-volume"
 MODULE = "air_hf.builder"

@@ -9,7 +9,7 @@ from typing import Sequence
 import datasets
 import pyarrow as pa
 
-from air_core import AirError, CachedFile, Manifest, OptionError
+from air_core.doors import AirError, CachedFile, Manifest, OptionError
 
 DECODES = ("path", "bytes", "text", "image", "audio")
 

@@ -13,7 +13,7 @@ the same number of examples.
 from __future__ import annotations
 
 
-from air_core import OptionError
+from air_core.doors import OptionError
 
 MAX_SHARDS_PER_RANK = 12  # splits evenly over 1, 2, 3, 4, 6 or 12 DataLoader workers
 MIN_UNITS_PER_SHARD = 4  # a cut row group is decoded by both its shards: keep cuts to a quarter at most

@@ -22,7 +22,7 @@ from typing import Sequence
 
 from datasets.data_files import SPLIT_KEYWORDS
 
-from air_core import OptionError
+from air_core.doors import OptionError
 
 _SHARDED = re.compile(r"data/(\w+(?:\.\w+)*)-[0-9]{5}-of-[0-9]{5}[^/]*\.[^/]*")
 _FOLDERS = {word: str(split) for split, words in SPLIT_KEYWORDS.items() for word in words}

@@ -8,7 +8,7 @@
 
 from typing import TYPE_CHECKING
 
-from air_core.lazy import exports
+from air_core.doors import exports
 
 if TYPE_CHECKING:
     from .datasource import UCVolumeDatasource, read_uc_volume

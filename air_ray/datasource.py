@@ -34,9 +34,8 @@ from ray.data.datasource import Datasource, ReadTask
 from ray.util.annotations import RayDeprecationWarning
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from air_core import DEFAULT_FETCH_THREADS, EQUALIZES, ON_ERRORS, Equalize, Grid, MixedSource, MixedTable, Mode, OnError, OptionError, Source, check_columns, default_dir, detect_rank, entry_path_length, resolve_mixture, resolve_source, resolve_sources
-from air_core import options as check
-from air_core.read import TableReader
+from air_core.doors import DEFAULT_FETCH_THREADS, EQUALIZES, ON_ERRORS, Equalize, Grid, MixedSource, MixedTable, Mode, OnError, OptionError, Planning, Source, TableReader, check_columns, default_dir, detect_rank, entry_path_length, resolve_mixture, resolve_source, resolve_sources
+from air_core.doors import options as check
 
 from . import owners as owners_mod
 from . import placement, task_plan
@@ -185,10 +184,10 @@ class UCVolumeDatasource(Datasource):
         for name, value in fetch.items():
             check.whole(name, value, low=1)
         check.whole("cache_limit", cache_limit, low=0, optional=True)
-        self._seed, self._reseed = _shuffle_seed(shuffle)
+        seed, self._reseed = _shuffle_seed(shuffle)
         self._rank, self._world_size = detect_rank(rank, world_size)
         Grid(self._rank, self._world_size)
-        self._equalize = equalize
+        self._planning = Planning(seed or 0, seed is not None, equalize=equalize)
         self._source: Source | MixedSource | MixedTable
         if sources is None:
             if epoch_size is not None:
@@ -277,8 +276,7 @@ class UCVolumeDatasource(Datasource):
             share = parallelism if node is None else parallelism * nodes[node] / sum(nodes.values())
             parts = task_plan.task_count(len(members), max(1, round(share)), min_per_task=reader.pieces_per_task)
             for group in task_plan.groups([weights[k] for k in members], parts):
-                part = reader.part([pieces[members[k]] for k in group], epoch=epoch, seed=self._seed or 0,
-                                   shuffle=self._seed is not None)
+                part = reader.part([pieces[members[k]] for k in group], self._planning, epoch=epoch)
                 if self._tables:
                     read_fn = table_read_fn(self._tasks, part, columns=columns, include_paths=self._include_paths
                                             and (columns is None or "path" in columns))
@@ -286,7 +284,7 @@ class UCVolumeDatasource(Datasource):
                 else:
                     read_fn = files_read_fn(self._tasks, part, include_paths=self._include_paths,
                                             contents_type=self._contents_type, max_block_bytes=block_bytes,
-                                            max_block_rows=per_task_row_limit, keep_count=self._equalize != "none")
+                                            max_block_rows=per_task_row_limit, keep_count=self._planning.equalize != "none")
                     size = self._row_bytes(part.files)
                     size += part.nbytes if self._contents_type is not None else 0
                 if node is not None:
@@ -325,7 +323,7 @@ class UCVolumeDatasource(Datasource):
 
     def _buckets(self) -> tuple[list[int], np.ndarray]:
         """(bytes of each bucket, bucket of each piece key): this rank's pieces, keyed as its reader keys them."""
-        weights = self._source.reader.share_weights(self._rank, self._world_size, equalize=self._equalize)
+        weights = self._source.reader.share_weights(self._rank, self._world_size, equalize=self._planning.equalize)
         count = placement.bucket_count(len(weights))
         bucket = placement.buckets(weights, count)
         return np.bincount(bucket, weights=weights, minlength=count).astype(np.int64).tolist(), bucket
@@ -333,8 +331,7 @@ class UCVolumeDatasource(Datasource):
     def _share(self, epoch: int) -> tuple[np.ndarray, list]:
         """(key, piece) of the pieces this copy reads in `epoch`, in read order: this rank's, less other nodes'
         buckets."""
-        keys, pieces = self._source.reader.share(self._rank, self._world_size, epoch=epoch, seed=self._seed or 0,
-                                                 shuffle=self._seed is not None, equalize=self._equalize)
+        keys, pieces = self._source.reader.share(self._rank, self._world_size, self._planning, epoch=epoch)
         if self._placed is None:
             return keys, pieces
         if self._bucket is None:
@@ -374,7 +371,7 @@ class UCVolumeDatasource(Datasource):
             )
         if self._tables:
             return sum(reader.weights(pieces)), 0
-        files = reader.files_of(pieces, seed=0, shuffle=False)
+        files = reader.files_of(pieces, Planning())  # which files, in any order
         return self._row_bytes(files), int(reader.sizes_of(files).sum())
 
     def _row_bytes(self, items: Sequence[int]) -> int:

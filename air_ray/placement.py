@@ -22,7 +22,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from air_core import snake
+from air_core.doors import snake
 
 # Buckets are the unit of placement and of the balance guarantee (a node holds
 # its share within one bucket); a node's buckets are then dealt into its read
@@ -37,7 +37,7 @@ def bucket_count(items: int) -> int:
 
 
 def buckets(weights: Sequence[int], count: int) -> np.ndarray:
-    """The bucket of each item: `count` weight-balanced buckets, dealt as `air_core.snake` deals ranks."""
+    """The bucket of each item: `count` weight-balanced buckets, dealt as `air_core.doors.snake` deals ranks."""
     out = np.zeros(len(weights), np.int64)
     for b, group in enumerate(snake(range(len(weights)), weights, count) if count > 1 else ()):
         out[group] = b

@@ -14,7 +14,7 @@ import functools
 import os
 from typing import Any, Mapping
 
-from air_core import Cache, FetchError, OptionError, volume
+from air_core.doors import Cache, FetchError, OptionError, volume
 
 
 def local_path(row: Mapping[str, Any], *, cache_dir: str | None = None) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from air_core import snake
+from air_core.doors import snake
 
 # The most bytes an Arrow `binary` array holds (its offsets are 32-bit).
 BINARY_BYTES = 2**31 - 1
@@ -35,7 +35,7 @@ def binary_block_bytes(block_bytes: int, largest: int) -> int:
 def groups(weights: Sequence[int], parts: int) -> list[list[int]]:
     """Positions 0..len(weights)-1 dealt into `parts` weight-balanced groups, each in order.
 
-    The deal is `air_core.snake`: item counts within one of each other,
+    The deal is `air_core.doors.snake`: item counts within one of each other,
     weights within the largest item. Empty groups are left out.
     """
     if parts < 1 or not weights:

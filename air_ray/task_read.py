@@ -18,8 +18,7 @@ from typing import Callable, Iterator, Sequence
 import numpy as np
 import pyarrow as pa
 
-from air_core import DEFAULT_PREFETCH, Cache, CachedFile, FetchError, without_skips
-from air_core.read import Part
+from air_core.doors import DEFAULT_PREFETCH, Cache, CachedFile, FetchError, Part, without_skips
 
 from .task_plan import BINARY_BYTES, binary_block_bytes
 
@@ -28,7 +27,7 @@ from .task_plan import BINARY_BYTES, binary_block_bytes
 class TaskSource:
     """Where a task caches to and how it fetches; `cache_dir` None: the default of the node the task runs on.
 
-    `verify`: hits hash each copy against its checksum (`air_core.Cache`).
+    `verify`: hits hash each copy against its checksum (`air_core.doors.Cache`).
     """
 
     cache_dir: str | None
@@ -76,7 +75,7 @@ def files_read_fn(source: TaskSource, part: Part, *, include_paths: bool, conten
     (Ray's per-task row limit, as in `take(n)`) ends a block early and bounds
     the fetches ahead, so a limited read fetches little more than it needs.
     `keep_count`: a file skipped under `on_error="skip"` is stood in for (see
-    `air_core.without_skips`). A packed file has no copy of its own: its
+    `air_core.doors.without_skips`). A packed file has no copy of its own: its
     `local_path` is empty, and its bytes come as a view of its row group's
     cached range.
     """

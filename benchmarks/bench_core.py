@@ -82,10 +82,10 @@ print(json.dumps(out))
 PLAN_1M = r"""
 import json, random, time
 from air_core.grid import Grid
-from air_core.planning.shares import plan
+from air_core.planning.shares import Planning, plan_epoch
 sizes = [random.Random(i).randint(1, 1 << 22) for i in range(1_000_000)]
 t = time.perf_counter()
-items = plan(sizes, Grid(5, 8, 3, 6), shuffle=True, seed=1, epoch=3, equalize="pad")
+items = plan_epoch(sizes, Grid(5, 8, 3, 6), planning=Planning(seed=1, shuffle=True, equalize="pad"), epoch=3)
 print(json.dumps({"system": "air_core.plan", "items": 1_000_000, "plan_s": round(time.perf_counter() - t, 3),
                   "stream_items": len(items)}))
 """

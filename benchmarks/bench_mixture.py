@@ -39,7 +39,7 @@ import numpy as np
 from air_core.grid import Grid
 from air_core.mixed_source import MixtureReader
 from air_core.planning import mixture
-from air_core.planning.shares import largest_first, plan
+from air_core.planning.shares import Planning, largest_first, plan_epoch
 
 n = int(sys.argv[1])
 parts = [n * 5 // 10, n * 3 // 10, n - n * 8 // 10]
@@ -47,7 +47,7 @@ rng = np.random.default_rng(0)
 sizes = [rng.lognormal(np.log(150_000), 1.0, k).astype(np.int64) + 1 for k in parts]
 by_size = [largest_first(s) for s in sizes]  # a listing carries its order, computed once when listed
 counts = mixture.source_counts(parts, "proportion", [0.6, 0.3, 0.1])
-opts = dict(seed=1, shuffle=True, balance="bytes", equalize="pad")
+planning = Planning(seed=1, shuffle=True, balance="bytes", equalize="pad")
 grid = Grid(5, 8, 3, 6)
 
 
@@ -62,12 +62,12 @@ reader = MixtureReader(mixture.Mixture(sizes, counts, by_size=by_size))
 out = {"system": "mixture.plan", "items": n, "sources": parts, "counts": counts, "grid": "8x6"}
 for epoch in (0, 1):
     items, out[f"plan_epoch{epoch}_s"], out[f"plan_epoch{epoch}_cpu_s"] = timed(
-        lambda: reader.plan(grid, None, epoch=epoch, **opts))
+        lambda: reader.plan(grid, None, planning, epoch=epoch))
 out["stream_items"] = len(items)
 whole = np.concatenate(sizes)
 folder_order = largest_first(whole)
 _, out["one_folder_plan_s"], out["one_folder_plan_cpu_s"] = timed(
-    lambda: plan(whole, grid, epoch=1, by_size=folder_order, **opts))
+    lambda: plan_epoch(whole, grid, planning=planning, epoch=1, by_size=folder_order))
 print(json.dumps(out))
 """
 

@@ -26,9 +26,9 @@ OPTS = dict(seed=1, shuffle=True, balance="bytes", equalize="pad")
 def measure(n: int, as_list: bool) -> dict:
     import numpy as np
 
-    from air_core import Grid
-    from air_core.planning.shares import plan
-    from air_core.planning.resume import VERSION, delivered, plan as resume_plan, run_state
+    from air_core.grid import Grid
+    from air_core.planning.shares import Planning, plan_epoch
+    from air_core.planning.resume import VERSION, delivered, plan_resume, run_state
 
     sizes = np.random.default_rng(0).lognormal(np.log(150_000), 1.0, n).astype(np.int64) + 1
     if as_list:
@@ -37,7 +37,7 @@ def measure(n: int, as_list: bool) -> dict:
 
     for epoch in (0, 1):
         with timed(out, f"plan_epoch{epoch}"):
-            items = plan(sizes, Grid(3, 8, 1, 6), epoch=epoch, **OPTS)
+            items = plan_epoch(sizes, Grid(3, 8, 1, 6), planning=Planning(**OPTS), epoch=epoch)
     out["stream_items"] = len(items)
     out["plan_peak_rss_mb"] = peak_rss_mb()
 
@@ -52,11 +52,11 @@ def measure(n: int, as_list: bool) -> dict:
         state = run_state(streams)
     out["state_json_bytes"] = len(json.dumps(state))
     with timed(out, "resume_plan"):
-        rest = resume_plan(sizes, Grid(3, 8, 1, 6), state, **OPTS)
+        rest = plan_resume(sizes, Grid(3, 8, 1, 6), state, planning=Planning(**OPTS))
     out["resume_stream_items"] = len(rest)
     out["resume_peak_rss_mb"] = peak_rss_mb()
     with timed(out, "delivered"):
-        done = delivered(sizes, state, **OPTS)  # a set of Python ints, which alone weighs ~70 bytes per item
+        done = delivered(sizes, state, planning=Planning(**OPTS))  # a set of Python ints, which alone weighs ~70 bytes per item
     out["delivered"] = len(done)
     out["peak_rss_mb"] = peak_rss_mb()
     return out

@@ -34,7 +34,7 @@ GRID = {"world_size": 8, "num_workers": 6}
 # Runs in the measured process: build the synthetic listing the code under test understands.
 SYNTHETIC = r'''
 import numpy as np, air_core
-from air_core import Manifest
+from air_core.manifest import Manifest
 
 def synthetic(n, root):
     i = np.arange(n, dtype=np.int64)
@@ -73,7 +73,9 @@ print(json.dumps({"plan_s": min(times), "items": len(items),
 RESUME = SYNTHETIC + r'''
 import sys, time, json, random
 import numpy as np
-from air_core import Grid, resume
+from air_core.grid import Grid
+from air_core.planning import resume
+from air_core.planning.shares import Planning
 n, root = int(sys.argv[1]), sys.argv[2]
 m = synthetic(n, root)
 opts = dict(seed=0, shuffle=True, balance="bytes", equalize="none")
@@ -85,7 +87,7 @@ def run(grid, before):
     streams = []
     for r in range(w):
         for k in range(nw):
-            mine = resume.plan(m.sizes, Grid(r, w, k, nw), before, epoch=0, **opts)
+            mine = resume.plan_resume(m.sizes, Grid(r, w, k, nw), before, planning=Planning(**opts), epoch=0)
             streams.append({"grid": [r, w, k, nw], "consumed": rnd.randrange(len(mine) // 2 + 1)})
     return {"version": resume.VERSION, "epoch": 0, "fingerprint": m.fingerprint, key: opts,
             "resumed_from": before, "streams": streams}
@@ -93,14 +95,15 @@ def run(grid, before):
 first = run((8, 6), None)
 second = run((4, 3), first)  # resumed on another grid
 t = time.perf_counter()
-items = resume.plan(m.sizes, Grid(1, 2, 1, 2), second, epoch=0, **opts)  # and resumed again
+items = resume.plan_resume(m.sizes, Grid(1, 2, 1, 2), second, planning=Planning(**opts), epoch=0)  # and resumed again
 print(json.dumps({"resume_s": time.perf_counter() - t, "items": len(items)}))
 '''
 
 LOADER = SYNTHETIC + r'''
 import os, sys, time, json
 import torch.utils.data
-from air_core import FileStream, Manifest
+from air_core import FileStream
+from air_core.manifest import Manifest
 
 def pss_mb(pid, field="Pss"):
     with open(f"/proc/{pid}/smaps_rollup") as f:
@@ -164,7 +167,7 @@ print(json.dumps({"save_s": took}))
 
 LIST = r'''
 import sys, time, json
-from air_core import list_folder
+from air_core.io.listing import list_folder
 t = time.perf_counter()
 m = list_folder(sys.argv[1])
 print(json.dumps({"list_s": time.perf_counter() - t, "files": len(m)}))

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from air_core import Cache, FetchError, FileStream, OptionError
+from air_core import FetchError, FileStream, OptionError
+from air_core.io.cache import Cache
 from conftest import wait_for
 
 SCRIPT = Path(__file__).parent / "scripts" / "core_read_all.py"

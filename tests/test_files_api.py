@@ -16,6 +16,7 @@ pytest.importorskip("databricks.sdk")
 import air_core  # noqa: E402
 from air_core.errors import FetchError, OptionError, VolumePathError  # noqa: E402
 from air_core.io import transport  # noqa: E402
+from air_core.io.cache import Cache  # noqa: E402
 from air_core.io.files_api import AuthError  # noqa: E402
 from databricks.sdk import WorkspaceClient  # noqa: E402
 
@@ -139,7 +140,7 @@ def test_verify_records_checksums_over_files_api(files_api):
     v = files_api
     v.files("imgs", 5)
     assert len([f.read_bytes() for f in air_core.FileStream(v.path("imgs"), verify=True)]) == 5
-    report = air_core.Cache(verify=True).check()
+    report = Cache(verify=True).check()
     assert report.entries == 5 and not report.damaged and report.unchecked == 0
 
 
@@ -244,7 +245,7 @@ def test_body_short_every_time_is_an_error_and_nothing_cached(files_api):
     s.faults.shorts = 10**6
     with pytest.raises(FetchError, match="a.bin"):
         list(air_core.FileStream(v.path("imgs")))
-    assert air_core.Cache().info()["entries"] == 0
+    assert Cache().info()["entries"] == 0
 
 
 def test_file_changed_after_listing(files_api):
@@ -416,7 +417,7 @@ def test_files_api_forced_without_credentials_says_what_to_set(files_api, monkey
 @pytest.fixture
 def full_cache(monkeypatch):
     """A node cache that admits nothing more, as when it holds its limit."""
-    monkeypatch.setattr(air_core.Cache, "_reserve", lambda self, nbytes: nbytes <= 0)
+    monkeypatch.setattr(Cache, "_reserve", lambda self, nbytes: nbytes <= 0)
 
 
 def test_a_pack_past_a_full_cache_streams_its_index_and_offsets(files_api, monkeypatch, request):
@@ -466,7 +467,7 @@ def test_one_key_per_file_whether_listed_or_stat_ed(files_api):
     [(_, size, listed)], _ = transport.entries(v.path("d"))
     assert transport.stat(v.path("d/a.bin")) == (size, listed) == (1000, 1_700_000_000 * 10**9)
     [f] = air_core.FileStream(v.path("d"))  # keyed by the listing ...
-    assert air_core.Cache().lookup(f.path, *transport.stat(v.path("d/a.bin"))) == f.local_path  # ... found by HEAD
+    assert Cache().lookup(f.path, *transport.stat(v.path("d/a.bin"))) == f.local_path  # ... found by HEAD
 
 
 def _parquet_tree(v, files: int = 4, rows: int = 40_000, row_group_size: int = 5_000) -> int:

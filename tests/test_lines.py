@@ -16,8 +16,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import air_hf  # noqa: F401 - registers uc-volume
-from air_core import Cache, OptionError, resolve_source
+from air_core import OptionError, resolve_source
+from air_core.io.cache import Cache
 from air_core.errors import RecordError
+from air_core.planning.shares import Planning
 from air_core.read import line_spans
 from air_hf import split_for_rank
 
@@ -45,8 +47,9 @@ def _ids(tables) -> list[int]:
 
 def _read_share(source, rank: int, world_size: int, **plan) -> list[int]:
     reader = source.reader
-    _, pieces = reader.share(rank, world_size, epoch=plan.pop("epoch", 0), seed=plan.pop("seed", 0),
-                             shuffle=plan.pop("shuffle", False), equalize=plan.pop("equalize", "none"))
+    epoch = plan.pop("epoch", 0)
+    planning = Planning(plan.pop("seed", 0), plan.pop("shuffle", False), equalize=plan.pop("equalize", "none"))
+    _, pieces = reader.share(rank, world_size, planning, epoch=epoch)
     return _ids(reader.read_tables(pieces, Cache(), columns=None, fetch_threads=4, **plan))
 
 
@@ -100,8 +103,8 @@ def test_ranks_share_one_large_file_by_bytes_each_record_once(volume, small_span
     shares = [_read_share(source, r, world_size) for r in range(world_size)]
     assert sorted(i for s in shares for i in s) == list(range(600))
     weights = source.reader.share_weights(0, world_size, equalize="none")
-    per_rank = [sum(int(weights[k]) for k in source.reader.share(r, world_size, epoch=0, seed=0, shuffle=False,
-                                                                 equalize="none")[0]) for r in range(world_size)]
+    per_rank = [sum(int(weights[k]) for k in source.reader.share(r, world_size, Planning(), epoch=0)[0])
+                for r in range(world_size)]
     assert max(per_rank) - min(per_rank) <= 2000  # within one span
 
 
@@ -210,7 +213,7 @@ def test_text_lines_are_shared_at_line_boundaries(volume, small_spans):
     source = resolve_source(volume.path("t"), mode="text")
     got = []
     for rank in range(3):
-        _, pieces = source.reader.share(rank, 3, epoch=0, seed=0, shuffle=False, equalize="none")
+        _, pieces = source.reader.share(rank, 3, Planning(), epoch=0)
         got += [s for t in source.reader.read_tables(pieces, Cache(), columns=None, fetch_threads=2)
                 for s in t.column("text").to_pylist()]
     assert sorted(got) == sorted(lines)

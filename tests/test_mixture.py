@@ -8,9 +8,11 @@ import numpy as np
 import pytest
 from hypothesis import given, reject, settings, strategies as st
 
-from air_core import Grid, OptionError
+from air_core import OptionError
+from air_core.grid import Grid
 from air_core.planning import mixture as mx
-from air_core.planning.resume import plan as resume_plan
+from air_core.planning.resume import plan_resume
+from air_core.planning.shares import Planning
 
 KINDS = ("proportion", "repeat", "choose")
 
@@ -109,8 +111,9 @@ def test_the_deal_order_depends_on_the_order_of_sizes_alone_however_large(mix, w
 
 def shares(ep, world_size, num_workers, equalize, run=None, shuffle=True):
     """Every stream's slots after resuming `run`, through the resume planner, in the mixture's deal order."""
-    return {(r, w): resume_plan(ep.sizes, Grid(r, world_size, w, num_workers), run, epoch=2, seed=9, shuffle=shuffle,
-                                equalize=equalize, deal_order=ep.deal_order)
+    planning = Planning(seed=9, shuffle=shuffle, equalize=equalize)
+    return {(r, w): plan_resume(ep.sizes, Grid(r, world_size, w, num_workers), run, planning=planning, epoch=2,
+                                deal_order=ep.deal_order)
             for r in range(world_size) for w in range(num_workers)}
 
 

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from air_core import FileStream, Skipped, run_state, without_skips
+from air_core import FileStream, run_state
+from air_core.io.files import Skipped, without_skips
 
 SCRIPT = Path(__file__).parent / "scripts" / "doors_under_faults.py"
 BAD = "class1/f00004.bin"

@@ -16,7 +16,8 @@ from air_core import EmptyVolumeError, FileStream, OptionError, VolumePathError,
 from air_core.grid import Grid
 from air_core.packs.layout import cuts
 from air_core.sizes import parse_size
-from air_core.packs.plan import plan as pack_plan
+from air_core.packs.plan import plan_packs
+from air_core.planning.shares import Planning
 from air_core.packs.store import GENERATIONS, POINTER, pack_folder
 from conftest import wait_for
 from test_cache import opens, slow_env
@@ -52,7 +53,8 @@ def test_cuts_are_contiguous_even_and_never_empty():
 @pytest.mark.parametrize("equalize", ["none", "pad", "drop"])
 def test_plan_covers_every_file_once_in_row_group_runs(equalize):
     rows = [7, 3, 9, 9, 2, 8, 5]
-    streams = [pack_plan(rows, Grid(r, 3, w, 2), shuffle=True, seed=4, epoch=1, equalize=equalize)
+    planning = Planning(seed=4, shuffle=True, equalize=equalize)
+    streams = [plan_packs(rows, Grid(r, 3, w, 2), planning=planning, epoch=1)
                for r in range(3) for w in range(2)]
     per_rank = [len(streams[2 * r]) + len(streams[2 * r + 1]) for r in range(3)]
     got = [i for s in streams for i in s]
@@ -69,9 +71,10 @@ def test_plan_covers_every_file_once_in_row_group_runs(equalize):
 
 def test_plan_is_the_same_on_every_rank_and_shuffles_within_row_groups():
     rows = [50, 50]
-    a = pack_plan(rows, Grid(0, 1, 0, 1), shuffle=True, seed=1, epoch=0)
-    assert a == pack_plan(rows, Grid(0, 1, 0, 1), shuffle=True, seed=1, epoch=0)
-    assert a != pack_plan(rows, Grid(0, 1, 0, 1), shuffle=True, seed=1, epoch=1)
+    shuffled = Planning(seed=1, shuffle=True)
+    a = plan_packs(rows, Grid(0, 1, 0, 1), planning=shuffled, epoch=0)
+    assert a == plan_packs(rows, Grid(0, 1, 0, 1), planning=shuffled, epoch=0)
+    assert a != plan_packs(rows, Grid(0, 1, 0, 1), planning=shuffled, epoch=1)
     assert sorted(a[:50]) in (list(range(50)), list(range(50, 100))) and a[:50] != sorted(a[:50])
 
 
@@ -249,7 +252,7 @@ def span_entries(cache_dir: Path) -> dict[str, int]:
 
 
 def test_each_node_fetches_only_its_ranks_row_groups_and_serves_the_next_epoch_itself(volume, tmp_path):
-    from air_core import Cache
+    from air_core.io.cache import Cache
     from air_core.packs.read import offsets, placement
 
     loose = loose_files(volume)

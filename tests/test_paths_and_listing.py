@@ -5,7 +5,9 @@ import os
 import pytest
 from hypothesis import given, strategies as st
 
-from air_core import AirError, EmptyVolumeError, FileStream, Manifest, VolumePathError, list_folder
+from air_core import AirError, EmptyVolumeError, FileStream, VolumePathError
+from air_core.io.listing import list_folder
+from air_core.manifest import Manifest
 from air_core.io import listing, transport
 from air_core.volume import parse
 
@@ -15,6 +17,28 @@ def test_volume_and_dbfs_paths_map_onto_the_local_root(volume):
     assert vp.path == "/Volumes/main/ml/raw/images"
     assert vp.volume == "/Volumes/main/ml/raw"
     assert vp.local == str(volume.local("images"))
+
+
+def test_a_source_is_resolved_from_one_parse_of_its_path(volume, monkeypatch):
+    # Every layer below resolve_source (export pointer, pack pointer, listing, Source) takes the VolumePath
+    # it parsed; a parse of a VolumePath hands it back.
+    from air_core import resolve_source, volume as volume_mod
+
+    volume.write("images/a.jpg", b"a")
+    texts = []
+    real = volume_mod.parse
+
+    def counted(path):
+        if not isinstance(path, volume_mod.VolumePath):
+            texts.append(path)
+        return real(path)
+
+    monkeypatch.setattr(volume_mod, "parse", counted)
+    source = resolve_source(volume.path("images"))
+    assert texts == [volume.path("images")]
+    assert (source.path, source.local) == (volume.path("images"), str(volume.local("images")))
+    vp = real(volume.path("images"))
+    assert real(vp) is vp
 
 
 @pytest.mark.parametrize("bad", ["/tmp/data", "Volumes/a/b/c", "/Volumes/a/b", "s3://bucket/x", "/Volumes//b/c/d"])

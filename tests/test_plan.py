@@ -8,8 +8,25 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from air_core import Grid, OptionError
-from air_core.planning.shares import epoch_order, largest_first, plan, rank_share, rank_shares, snake, worker_share
+from air_core import OptionError
+from air_core.grid import Grid
+from air_core.planning import shares
+from air_core.planning.shares import Planning, epoch_order, largest_first, snake, worker_share
+
+# The planners called with the planning's fields as loose keywords, as the cases draw them.
+def plan(sizes, grid, *, epoch=0, exclude=(), by_size=None, **planning):
+    return shares.plan_epoch(sizes, grid, planning=Planning(**planning), epoch=epoch, exclude=exclude, by_size=by_size)
+
+
+def rank_shares(sizes, *, world_size, epoch=0, exclude=(), **planning):
+    return shares.rank_shares(sizes, world_size=world_size, planning=Planning(**planning), epoch=epoch,
+                              exclude=exclude)
+
+
+def rank_share(sizes, *, rank, world_size, epoch=0, by_size=None, **planning):
+    return shares.rank_share(sizes, rank=rank, world_size=world_size, planning=Planning(**planning), epoch=epoch,
+                             by_size=by_size)
+
 
 CASES = [(world, workers) for world in range(1, 9) for workers in range(1, 7)]
 

@@ -6,11 +6,22 @@ from collections import Counter
 
 import pytest
 from hypothesis import given, settings, strategies as st
-from test_plan import OPTS, old_rank_shares, old_worker_share, outcome
+from test_plan import OPTS, old_rank_shares, old_worker_share, outcome, plan, rank_shares
 
-from air_core import Grid, OptionError, StateError
-from air_core.planning.shares import plan, rank_shares
-from air_core.planning.resume import VERSION, check_version, delivered, plan as resume_plan, upgrade
+from air_core import OptionError, StateError
+from air_core.grid import Grid
+from air_core.planning import resume
+from air_core.planning.resume import VERSION, check_version, upgrade
+from air_core.planning.shares import Planning
+
+
+# The resume planners called with the planning's fields as loose keywords, as the cases draw them.
+def resume_plan(sizes, grid, state, *, epoch=0, **planning):
+    return resume.plan_resume(sizes, grid, state, planning=Planning(**planning), epoch=epoch)
+
+
+def delivered(sizes, state, **planning):
+    return resume.delivered(sizes, state, planning=Planning(**planning))
 
 
 def stop(sizes, run, world_size, num_workers, consumed, opts):

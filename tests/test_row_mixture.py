@@ -12,6 +12,7 @@ import pytest
 
 from air_core import OptionError, RowStream, StateError, run_state
 from air_core.mixed_table import resolve_tables
+from air_core.planning.shares import Planning
 from air_core.read import line_spans
 
 BASE = {"chat": 0, "code": 1000, "safety": 2000}
@@ -195,7 +196,7 @@ def test_the_ranks_of_any_grid_share_the_epochs_rows_once_with_equal_counts_when
         assert [sum(c for (s, _, _), c in whole.items() if s == k) for k in range(3)] == counts
         for world_size in range(1, 6):
             for equalize in ("none", "pad", "drop"):
-                shares = [reader.share(r, world_size, epoch=epoch, seed=5, shuffle=True, equalize=equalize)[1]
+                shares = [reader.share(r, world_size, Planning(5, True, equalize=equalize), epoch=epoch)[1]
                           for r in range(world_size)]
                 sizes = [sum(p.num_rows for p in share) for share in shares]
                 got = sum((rows(share) for share in shares), Counter())

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 import pickle
+import subprocess
+import sys
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -12,6 +14,7 @@ import pytest
 from datasets import load_dataset
 
 import air_core.source
+from air_core.io.cache import Cache
 import air_hf  # noqa: F401  (registers uc-volume)
 from air_core import (
     EmptyVolumeError, FileStream, ManifestMismatchError, OptionError, ParquetError, pack, resolve_source,
@@ -128,7 +131,7 @@ def test_verify_makes_every_front_door_fetch_again_a_copy_whose_bytes_changed(vo
     for p in copies(os.environ["AIR_CACHE_DIR"]):
         flip_a_byte(p)
     assert sorted(read_contents(door, volume.path("d"), tmp_path, verify=True)) == want
-    assert air_core.Cache().damaged() == 6
+    assert Cache().damaged() == 6
     with pytest.raises(OptionError, match="verify=1: give True or False"):
         read_contents(door, volume.path("d"), tmp_path, verify=1)
 
@@ -234,3 +237,24 @@ def test_a_delta_table_whose_files_are_not_its_rows_needs_data_dir(volume, tmp_p
         resolve_source(None, delta_table=str(tmp_path / "elsewhere"))
     with pytest.raises(OptionError, match="give a volume folder to read, or delta_table="):
         resolve_source(None)
+
+
+def test_the_doors_way_in_loads_the_listing_and_the_streams_on_first_use():
+    # A Ray task or DataLoader worker imports a door's reading half, which imports air_core.doors: it must not
+    # load what only a driver's planning needs (nor pyarrow or deltalake, which some of that loads).
+    code = ("import sys\n"
+            "sys.modules['pyarrow'] = sys.modules['deltalake'] = None  # importing them fails\n"
+            "import air_core, air_core.doors\n"
+            "loaded = {'air_core.source', 'air_core.stream', 'air_core.io.listing', 'air_core.mixed_source'}\n"
+            "assert not loaded & set(sys.modules), loaded & set(sys.modules)\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_every_name_the_core_exports_to_users_and_to_the_doors_resolves():
+    import air_core.doors
+
+    for module in (air_core, air_core.doors):
+        missing = [name for name in module.__all__ if getattr(module, name, None) is None]
+        assert not missing, (module.__name__, missing)
+    assert air_core.doors.resolve_source is air_core.resolve_source is air_core.source.resolve_source

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from air_core import Cache
+from air_core.io.cache import Cache
 from air_core.io import cache as cache_mod
 from test_cache import opens, slow_env
 

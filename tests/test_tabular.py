@@ -7,7 +7,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from air_core import Cache, list_folder
+from air_core.io.cache import Cache
+from air_core.io.listing import list_folder
 from air_core.read.parquet_io import ParquetError, parquet_units, read_units
 
 
@@ -51,7 +52,7 @@ def test_files_of_different_schemas_are_refused_by_name(volume):
 
 
 def test_parquet_pieces_carry_only_their_files():
-    from air_core import RowGroup, RowSlice
+    from air_core.planning.rows import RowGroup, RowSlice
     from air_core.read.parquet import localize
     from air_core.planning.rows import piece_bytes
 

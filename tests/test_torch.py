@@ -332,6 +332,7 @@ def test_progress_merges_across_ranks():
 def test_chained_resumes_stay_cheap():
     # Four resumes within one epoch over 16 streams: one plan per stream and level (64), not 16 ** 4.
     from air_core.planning.resume import delivered
+    from air_core.planning.shares import Planning
 
     sizes = [1 + (i * 7919) % 5000 for i in range(2000)]
     head = ("fp", {"seed": 0, "shuffle": True, "balance": "bytes", "equalize": "none"})
@@ -342,7 +343,7 @@ def test_chained_resumes_stay_cheap():
     encoded = state_mod.encode(progress)
     assert len(encoded["run"]) < 10_000  # each level once, not once per stream
     started = time.perf_counter()
-    assert len(delivered(sizes, state_mod.decode(encoded), **head[1])) == 4 * 16 * 20
+    assert len(delivered(sizes, state_mod.decode(encoded), planning=Planning(**head[1]))) == 4 * 16 * 20
     assert time.perf_counter() - started < 20
 
 

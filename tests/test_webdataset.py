@@ -15,8 +15,10 @@ from datasets import load_dataset
 from PIL import Image
 
 import air_hf
-from air_core import Cache, resolve_source
+from air_core import resolve_source
+from air_core.io.cache import Cache
 from air_core.errors import EmptyVolumeError, OptionError, RecordError
+from air_core.planning.shares import Planning
 
 
 @pytest.fixture
@@ -176,17 +178,17 @@ def test_reader_deals_row_ranges_of_tars_and_parts_travel_small(volume):
     reader = resolve_source(volume.path("wds")).reader
     pieces = reader.pieces(range(3))
     assert reader.count(pieces) == 14
-    dealt = reader.deal(pieces, 3, seed=0, shuffle=False, equalize="pad")
+    dealt = reader.deal(pieces, 3, Planning(equalize="pad"))
     assert [reader.count(p) for p in dealt] == [5, 5, 5]
-    part = reader.part(dealt[2], epoch=0, seed=0, shuffle=False)
+    part = reader.part(dealt[2], Planning(), epoch=0)
     assert part.rows == 5 and len(pickle.dumps(part)) < 4000
     got = [k for _, t in pickle.loads(pickle.dumps(part)).read(Cache(), columns=["__key__"])
            for k in t.column("__key__").to_pylist()]
     assert len(got) == 5 and set(got) <= set(expected)
     # Without equalize, tars are whole pieces, dealt by bytes, and a part's rows are not known before reading.
-    whole = reader.deal(pieces, 2, seed=0, shuffle=False, equalize="none")
+    whole = reader.deal(pieces, 2, Planning())
     assert sorted(p.file for share in whole for p in share) == [0, 1, 2]
-    assert reader.part(whole[0], epoch=0, seed=0, shuffle=False).rows is None
+    assert reader.part(whole[0], Planning(), epoch=0).rows is None
 
 
 def test_shuffle_is_seeded_inside_tars_and_the_same_every_time(volume, hf_cache):

@@ -70,7 +70,7 @@ def run(path: str, *, world_size: int = 2, num_workers: int = 2) -> None:
     for r in range(world_size):
         cells = []
         for w in range(num_workers):
-            items = plan_mod.plan(sizes, Grid(r, world_size, w, num_workers))
+            items = plan_mod.plan_epoch(sizes, Grid(r, world_size, w, num_workers))
             cells.append(f"worker {w}: {len(items)}, {sum(sizes[i] for i in items) / 1e6:.2f}")
         print(f"  rank {r}: " + "; ".join(cells))
 

@@ -137,7 +137,7 @@ class Snapshot:
     root: str | None = None
 
 
-def current_export(path: str) -> str | None:
+def current_export(path: str | volume.VolumePath) -> str | None:
     """The folder of the current export, when `path` is a destination of `export_delta`.
 
     Args:

@@ -52,7 +52,7 @@ Folder = tuple[str, str, str]  # (local path, path relative to the listed folder
 
 
 def list_folder(
-    path: str,
+    path: str | volume.VolumePath,
     *,
     include: str | Sequence[str] | None = None,
     exclude: str | Sequence[str] | None = None,
@@ -61,7 +61,7 @@ def list_folder(
     """List every file under a volume folder, recursively and concurrently.
 
     Args:
-        path: a volume path (`/Volumes/c/s/v/dir` or `dbfs:/Volumes/...`).
+        path: a volume path (`/Volumes/c/s/v/dir` or `dbfs:/Volumes/...`), or one parsed (`VolumePath`).
         include: glob(s) matched against the path relative to `path`
             (`*` crosses `/`); when given, only matching files are kept.
         exclude: glob(s) of files to leave out.

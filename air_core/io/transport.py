@@ -58,7 +58,12 @@ def remote():
     from .. import volume
 
     env = os.environ
-    key = (os.getpid(), env.get(TRANSPORT_ENV), env.get(volume.VOLUMES_ROOT_ENV), *(env.get(k) for k in _SDK_ENV))
+    forced, root = env.get(TRANSPORT_ENV), env.get(volume.VOLUMES_ROOT_ENV)
+    # FUSE, forced or under a folder standing for /Volumes, as `choose` decides: without the SDK's seven
+    # variables, which made every path parsed cost as much again as the parse.
+    if forced == "fuse" or (root and not forced):
+        return None
+    key = (os.getpid(), forced, root, *(env.get(k) for k in _SDK_ENV))
     try:
         return _chosen[key]
     except KeyError:

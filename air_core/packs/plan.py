@@ -27,35 +27,35 @@ import numpy as np
 
 from ..errors import OptionError
 from ..grid import Grid
-from ..planning.shares import EQUALIZES, Equalize, _epoch_order
+from ..planning.shares import Planning, _epoch_order
 from ..planning.rows import RowGroup, RowSlice
 
 
-def plan(
+def plan_packs(
     unit_rows: Sequence[int],
     grid: Grid,
     state: dict | None = None,
     *,
+    planning: Planning = Planning(),
     epoch: int = 0,
-    seed: int = 0,
-    shuffle: bool = False,
-    equalize: Equalize = "none",
 ) -> list[int]:
-    """The files one stream (rank, worker) reads in `epoch` after resuming the run `state` (None: from the start)."""
-    return _Pack(unit_rows, epoch, seed, shuffle, equalize).stream(state, grid).tolist()
+    """The files one stream (rank, worker) reads in `epoch` after resuming the run `state` (None: from the start).
+
+    A pack is cut into contiguous ranges, not balanced: `planning.balance` does not apply.
+    """
+    return _Pack(unit_rows, epoch, planning).stream(state, grid).tolist()
 
 
-def rank_counts(unit_rows: Sequence[int], world_size: int, *, equalize: Equalize = "none") -> list[int]:
+def rank_counts(unit_rows: Sequence[int], world_size: int, *, planning: Planning = Planning()) -> list[int]:
     """Files each rank reads in a whole epoch."""
-    return [len(s) for s in _Pack(unit_rows, 0, 0, False, equalize).shares(None, world_size)]
+    return [len(s) for s in _Pack(unit_rows, 0, planning).shares(None, world_size)]
 
 
 class _Pack:
     """One epoch of a pack: the read order of its files, and its shares, each level of a resume computed once."""
 
-    def __init__(self, unit_rows: Sequence[int], epoch: int, seed: int, shuffle: bool, equalize: Equalize) -> None:
-        if equalize not in EQUALIZES:
-            raise OptionError(f"equalize={equalize!r}: choose one of {EQUALIZES}")
+    def __init__(self, unit_rows: Sequence[int], epoch: int, planning: Planning) -> None:
+        seed, shuffle, equalize = planning.seed, planning.shuffle, planning.equalize
         rows = np.asarray(unit_rows, dtype=np.int64)
         self.n, self.equalize = int(rows.sum()), equalize
         units = len(rows)
@@ -129,8 +129,8 @@ def pieces(units: Sequence[RowGroup], files: Sequence[int]) -> list[RowGroup | R
     return out
 
 
-def files_of(units: Sequence[RowGroup], pieces: Sequence[RowGroup | RowSlice], *, seed: int = 0,
-             shuffle: bool = False, epoch: int = 0) -> list[int]:
+def files_of(units: Sequence[RowGroup], pieces: Sequence[RowGroup | RowSlice], *,
+             planning: Planning = Planning(), epoch: int = 0) -> list[int]:
     """The pack's files that `pieces` hold, piece by piece: in pack order, or in a seeded order inside each piece."""
     starts = dict(zip(((u.file, u.row_group) for u in units), np.cumsum([0] + [u.num_rows for u in units])))
     out: list[int] = []
@@ -138,8 +138,8 @@ def files_of(units: Sequence[RowGroup], pieces: Sequence[RowGroup | RowSlice], *
         unit = piece.unit if isinstance(piece, RowSlice) else piece
         lo, hi = (piece.start, piece.stop) if isinstance(piece, RowSlice) else (0, unit.num_rows)
         files = np.arange(lo, hi) + starts[unit.file, unit.row_group]
-        if shuffle:
-            seeded = f"{seed}/{unit.file}/{unit.row_group}"
+        if planning.shuffle:
+            seeded = f"{planning.seed}/{unit.file}/{unit.row_group}"
             files = files[_epoch_order(len(files), epoch, seeded, True)]  # type: ignore[arg-type]
         out += files.tolist()
     return out

@@ -8,7 +8,7 @@ current generation:
 
     dst/_air_pack.json                       the pointer: which generation is current (+ retired ones)
     dst/_packs/<generation>/part-00000.parquet ...   the shards: a row per packed file
-    dst/_packs/<generation>/.index.listing           the packed files' listing (air_core.Manifest)
+    dst/_packs/<generation>/.index.listing           the packed files' listing (air_core.manifest.Manifest)
     dst/_packs/<generation>/.offsets                 where each file's bytes start in its shard (int64, LE)
     dst/_packs/<generation>/.part-00000.offsets ...  the same, per shard, copied before the shard
     dst/_packs/<generation>/.pack.json               the generation's marker, written last
@@ -98,7 +98,7 @@ def offsets_name(k: int) -> str:
     return f".part-{k:05d}.offsets"
 
 
-def pack_folder(path: str) -> str | None:
+def pack_folder(path: str | volume.VolumePath) -> str | None:
     """The generation folder to read when `path` is a pack, else None.
 
     `path` may be a pack's destination (its pointer names the current

@@ -14,7 +14,7 @@ On another number of ranks, or when keeping would leave the shares less even
 than the plan made them (ranks that consumed unequal amounts), the rest is
 dealt again over the new grid.
 
-`options` are the plan's options (seed, shuffle, balance, equalize); states of
+`options` are the run's `shares.Planning` as a dict (seed, shuffle, balance, equalize); states of
 versions 1 and 2 called them `plan`, and `upgrade` renames them.
 """
 
@@ -26,7 +26,8 @@ import numpy as np
 
 from ..errors import StateError
 from ..grid import Grid
-from .shares import Balance, Deal, Epoch, Equalize, worker_parts
+from .shares import Deal, Epoch, Planning, worker_parts
+
 
 class Options(TypedDict):
     """A plan's options: the same in every stream of a run."""
@@ -141,42 +142,30 @@ def run_state(states: Sequence[StreamState]) -> RunState:
             "streams": [{"grid": list(s["grid"]), "consumed": s["consumed"]} for s in states]}
 
 
-def plan(
+def plan_resume(
     sizes: Sequence[int],
     grid: Grid,
     state: dict | None,
     *,
+    planning: Planning = Planning(),
     epoch: int = 0,
-    seed: int = 0,
-    shuffle: bool = False,
-    balance: Balance = "bytes",
-    equalize: Equalize = "none",
     by_size: np.ndarray | None = None,
     deal_order: Callable[[int], np.ndarray] | None = None,
 ) -> list[int]:
     """The items one stream reads in `epoch` after resuming the run `state` (None: from the epoch's start), in order.
 
-    `by_size`: `plan.largest_first(sizes)`, when the listing carries it.
+    `by_size`: `shares.largest_first(sizes)`, when the listing carries it.
     `deal_order`: the order the bytes deal over a number of ranks follows,
     where it depends on that number (a mixture's, `mixture.Epoch.deal_order`);
     default: largest first.
     """
-    planner = _Planner(Epoch(sizes, epoch=epoch, seed=seed, shuffle=shuffle, by_size=by_size), balance, equalize,
-                       deal_order)
+    planner = _Planner(Epoch(sizes, epoch=epoch, planning=planning, by_size=by_size), deal_order)
     return planner.stream(state, grid).tolist()
 
 
-def delivered(
-    sizes: Sequence[int],
-    state: dict,
-    *,
-    seed: int = 0,
-    shuffle: bool = False,
-    balance: Balance = "bytes",
-    equalize: Equalize = "none",
-) -> set[int]:
+def delivered(sizes: Sequence[int], state: dict, *, planning: Planning = Planning()) -> set[int]:
     """The items the run `state` had delivered, from its streams' saved positions."""
-    planner = _Planner(Epoch(sizes, epoch=state["epoch"], seed=seed, shuffle=shuffle), balance, equalize)
+    planner = _Planner(Epoch(sizes, epoch=state["epoch"], planning=planning))
     return set(np.flatnonzero(planner.delivered(state)).tolist())
 
 
@@ -190,9 +179,8 @@ class _Planner:
     exponential, time in their depth.
     """
 
-    def __init__(self, epoch: Epoch, balance: Balance, equalize: Equalize,
-                 deal_order: Callable[[int], np.ndarray] | None = None) -> None:
-        self.epoch, self.sizes, self.balance, self.equalize = epoch, epoch.sizes, balance, equalize
+    def __init__(self, epoch: Epoch, deal_order: Callable[[int], np.ndarray] | None = None) -> None:
+        self.epoch, self.sizes, self.balance = epoch, epoch.sizes, epoch.planning.balance
         self._deal_order = deal_order
         self._epochs: dict[int, Epoch] = {}
         self._shares: dict[tuple[int, int], list[np.ndarray]] = {}
@@ -218,8 +206,7 @@ class _Planner:
         if state is None and (id(None), world_size) not in self._shares:
             key = (None, world_size, rank)
             if key not in self._first:
-                self._first[key] = Deal(self.dealt(world_size), world_size, balance=self.balance,
-                                        equalize=self.equalize, excluded=None).share(rank)
+                self._first[key] = Deal(self.dealt(world_size), world_size, excluded=None).share(rank)
             return self._first[key]
         return self.shares(state, world_size)[rank]
 
@@ -232,8 +219,7 @@ class _Planner:
                 gone = None if state is None else self.delivered(state)
                 if gone is not None and not gone.any():
                     gone = None  # nothing delivered: planned as at the epoch's start
-                out = Deal(self.dealt(world_size), world_size, balance=self.balance, equalize=self.equalize,
-                           excluded=gone).shares()
+                out = Deal(self.dealt(world_size), world_size, excluded=gone).shares()
             self._shares[key] = out
         return self._shares[key]
 

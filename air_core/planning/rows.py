@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Literal, Sequence
 
 from ..errors import OptionError
-from .shares import epoch_order
+from .shares import Planning, epoch_order
 
 
 @dataclass(frozen=True)
@@ -77,11 +77,11 @@ def split_rows(pieces: Sequence[RowGroup | RowSlice], parts: int,
     return [_cut(slices, lo, hi, total) for lo, hi in bounds]
 
 
-def deal_rows(pieces: Sequence[RowGroup | RowSlice], parts: int, *, seed: int, shuffle: bool,
-              equalize: Literal["none", "drop", "pad"]) -> list[list[RowSlice]]:
-    """The rows of `pieces`, taken in a seeded order (with `shuffle`), cut into `parts` contiguous ranges."""
-    order = epoch_order(len(pieces), epoch=0, seed=seed, shuffle=shuffle)
-    return split_rows([pieces[i] for i in order], parts, how=equalize)
+def deal_rows(pieces: Sequence[RowGroup | RowSlice], parts: int, planning: Planning) -> list[list[RowSlice]]:
+    """The rows of `pieces`, taken in a seeded order (with `planning.shuffle`), cut into `parts` contiguous ranges,
+    as equal as `planning.equalize` asks."""
+    order = epoch_order(len(pieces), epoch=0, seed=planning.seed, shuffle=planning.shuffle)
+    return split_rows([pieces[i] for i in order], parts, how=planning.equalize)
 
 
 def _cut(slices: Sequence[RowSlice], lo: int, hi: int, total: int) -> list[RowSlice]:

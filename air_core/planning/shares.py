@@ -1,7 +1,7 @@
 """Which items one stream reads, in which order. Pure: numbers in, lists out.
 
 Items are indices into a manifest; sizes are their weights (bytes, or rows for
-tabular units). A plan is a function of (sizes, grid, epoch, seed, options)
+tabular units). A plan is a function of (sizes, grid, epoch, `Planning`)
 alone, so every rank and worker computes its share without talking to the
 others, and the shares are disjoint and complete by construction.
 
@@ -23,6 +23,7 @@ be any sequence of ints or an int64 array.
 from __future__ import annotations
 
 import hashlib
+from dataclasses import dataclass
 from functools import cached_property
 from typing import Collection, Literal, Sequence
 
@@ -55,15 +56,41 @@ def snake(items: Sequence[int], sizes: Sequence[int], parts: int) -> list[list[i
     return [share.tolist() for share in _grouped(items, part, parts)]
 
 
+@dataclass(frozen=True)
+class Planning:
+    """How a run deals and orders its items: the same in every stream of the run and in every epoch.
+
+    A front door builds it once from its checked options; every planner takes it (the epoch apart, which changes
+    every epoch).
+
+    Attributes:
+        seed: the shuffle's seed.
+        shuffle: reorder each share every epoch, seeded by (seed, epoch): the same order on every rank.
+        balance: "bytes" (largest first, in snake order) or "stride" (the reference's `files[gid::R*W]`).
+        equalize: "none", or every rank as many items: "pad" repeats some, "drop" leaves some out.
+
+    Raises:
+        OptionError: for a `balance` or `equalize` that is none of the above.
+    """
+
+    seed: int = 0
+    shuffle: bool = False
+    balance: Balance = "bytes"
+    equalize: Equalize = "none"
+
+    def __post_init__(self) -> None:
+        if self.balance not in BALANCES:
+            raise OptionError(f"balance={self.balance!r}: choose one of {BALANCES}")
+        if self.equalize not in EQUALIZES:
+            raise OptionError(f"equalize={self.equalize!r}: choose one of {EQUALIZES}")
+
+
 def rank_shares(
     sizes: Sequence[int],
     *,
     world_size: int,
+    planning: Planning = Planning(),
     epoch: int = 0,
-    seed: int = 0,
-    shuffle: bool = False,
-    balance: Balance = "bytes",
-    equalize: Equalize = "none",
     exclude: Collection[int] = (),
 ) -> list[list[int]]:
     """Every rank's items for one epoch, in the order that rank reads them.
@@ -71,8 +98,7 @@ def rank_shares(
     `exclude` removes items (already delivered ones, on resume) before
     partitioning, so the remainder is balanced again.
     """
-    listing = Epoch(sizes, epoch=epoch, seed=seed, shuffle=shuffle)
-    deal = Deal(listing, world_size, balance=balance, equalize=equalize, excluded=_mask(len(listing.sizes), exclude))
+    deal = Deal(Epoch(sizes, epoch=epoch, planning=planning), world_size, excluded=_mask(len(sizes), exclude))
     return [share.tolist() for share in deal.shares()]
 
 
@@ -81,19 +107,15 @@ def rank_share(
     *,
     rank: int,
     world_size: int,
+    planning: Planning = Planning(),
     epoch: int = 0,
-    seed: int = 0,
-    shuffle: bool = False,
-    balance: Balance = "bytes",
-    equalize: Equalize = "none",
     by_size: np.ndarray | None = None,
 ) -> list[int]:
     """One rank's items for one epoch, in the order it reads them: `rank_shares(...)[rank]`, dealing no other's.
 
     `by_size`: `largest_first(sizes)`, when the listing carries it.
     """
-    return plan(sizes, Grid(rank, world_size), epoch=epoch, seed=seed, shuffle=shuffle, balance=balance,
-                equalize=equalize, by_size=by_size)
+    return plan_epoch(sizes, Grid(rank, world_size), planning=planning, epoch=epoch, by_size=by_size)
 
 
 def worker_share(
@@ -105,15 +127,12 @@ def worker_share(
     return share[parts == worker].tolist()
 
 
-def plan(
+def plan_epoch(
     sizes: Sequence[int],
     grid: Grid,
     *,
+    planning: Planning = Planning(),
     epoch: int = 0,
-    seed: int = 0,
-    shuffle: bool = False,
-    balance: Balance = "bytes",
-    equalize: Equalize = "none",
     exclude: Collection[int] = (),
     by_size: np.ndarray | None = None,
 ) -> list[int]:
@@ -121,11 +140,10 @@ def plan(
 
     `by_size`: `largest_first(sizes)`, when the listing carries it.
     """
-    listing = Epoch(sizes, epoch=epoch, seed=seed, shuffle=shuffle, by_size=by_size)
-    deal = Deal(listing, grid.world_size, balance=balance, equalize=equalize,
-                excluded=_mask(len(listing.sizes), exclude))
+    listing = Epoch(sizes, epoch=epoch, planning=planning, by_size=by_size)
+    deal = Deal(listing, grid.world_size, excluded=_mask(len(listing.sizes), exclude))
     share = deal.share(grid.rank)
-    return share[worker_parts(share, listing.sizes, grid.num_workers, balance) == grid.worker].tolist()
+    return share[worker_parts(share, listing.sizes, grid.num_workers, planning.balance) == grid.worker].tolist()
 
 
 class Epoch:
@@ -139,17 +157,17 @@ class Epoch:
     not by sorting all of them.
     """
 
-    def __init__(self, sizes: Sequence[int], *, epoch: int, seed: int, shuffle: bool,
+    def __init__(self, sizes: Sequence[int], *, epoch: int, planning: Planning,
                  by_size: np.ndarray | None = None) -> None:
         self.sizes = np.asarray(sizes, dtype=np.int64)
-        self._shuffle = epoch, seed, shuffle
+        self.epoch, self.planning = epoch, planning
         if by_size is not None:
             self.by_size = by_size
 
     @cached_property
     def order(self) -> np.ndarray:
         """The items in the epoch's read order."""
-        return _epoch_order(len(self.sizes), *self._shuffle)
+        return _epoch_order(len(self.sizes), self.epoch, self.planning.seed, self.planning.shuffle)
 
     @cached_property
     def by_size(self) -> np.ndarray:
@@ -159,18 +177,16 @@ class Epoch:
     def dealt_in(self, by_size: np.ndarray) -> Epoch:
         """This epoch with `by_size` as the bytes deal's order instead of largest first (a mixture's, which
         depends on the number of ranks), sharing its read order."""
-        other = Epoch(self.sizes, epoch=self._shuffle[0], seed=self._shuffle[1], shuffle=self._shuffle[2],
-                      by_size=by_size)
+        other = Epoch(self.sizes, epoch=self.epoch, planning=self.planning, by_size=by_size)
         if "order" in self.__dict__:
             other.order = self.order
         return other
 
     def in_order(self, items: np.ndarray) -> np.ndarray:
         """`items` (ascending) in the epoch's read order: as `order` holds them, without sorting it all."""
-        epoch, seed, shuffle = self._shuffle
-        if not shuffle:
+        if not self.planning.shuffle:
             return items
-        keys = _epoch_keys(len(self.sizes), epoch, seed, items)
+        keys = _epoch_keys(len(self.sizes), self.epoch, self.planning.seed, items)
         keys.sort()
         keys &= np.uint64((1 << _item_bits(len(self.sizes))) - 1)
         return keys.view(np.int64)
@@ -179,17 +195,13 @@ class Epoch:
 class Deal:
     """One epoch's items dealt over `world_size` ranks, as arrays: what `rank_shares` returns as lists.
 
-    `excluded` is a boolean mask over the items (None: nothing excluded). Each
-    rank's share is one pass over the order and every position's rank.
+    It deals as the epoch's `Planning` says (balance, equalize). `excluded` is
+    a boolean mask over the items (None: nothing excluded). Each rank's share
+    is one pass over the order and every position's rank.
     """
 
-    def __init__(
-        self, epoch: Epoch, world_size: int, *, balance: Balance, equalize: Equalize, excluded: np.ndarray | None,
-    ) -> None:
-        if balance not in BALANCES:
-            raise OptionError(f"balance={balance!r}: choose one of {BALANCES}")
-        if equalize not in EQUALIZES:
-            raise OptionError(f"equalize={equalize!r}: choose one of {EQUALIZES}")
+    def __init__(self, epoch: Epoch, world_size: int, *, excluded: np.ndarray | None) -> None:
+        balance, equalize = epoch.planning.balance, epoch.planning.equalize
         self.epoch, self.excluded = epoch, excluded
         if balance == "stride":
             # The reference's global id is worker * world + rank, so rank r holds order[r::world].

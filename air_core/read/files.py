@@ -18,7 +18,7 @@ from .reader import FileRowsPart, FileRowsReader
 
 if TYPE_CHECKING:
     from ..grid import Grid
-    from ..planning.shares import Equalize
+    from ..planning.shares import Equalize, Planning
 
 
 class FilesReader(FileRowsReader):
@@ -33,29 +33,26 @@ class FilesReader(FileRowsReader):
     def pieces(self, files: Sequence[int]) -> list[int]:
         return list(files)
 
-    def deal(self, pieces: Sequence[int], parts: int, *, seed: int, shuffle: bool, equalize: Equalize) -> list[list]:
+    def deal(self, pieces: Sequence[int], parts: int, planning: Planning) -> list[list]:
         sizes = self.source.manifest.sizes[np.asarray(pieces, dtype=np.int64)]
-        dealt = plan_mod.rank_shares(sizes, world_size=parts, seed=seed, shuffle=shuffle, equalize=equalize)
+        dealt = plan_mod.rank_shares(sizes, world_size=parts, planning=planning)
         return [[pieces[k] for k in part] for part in dealt]
 
     def count(self, pieces: Sequence[int]) -> int:
         return len(pieces)
 
-    def plan(self, grid: Grid, resumed_from: dict | None, *, epoch: int, seed: int, shuffle: bool, balance: str,
-             equalize: Equalize) -> list[int]:
+    def plan(self, grid: Grid, resumed_from: dict | None, planning: Planning, *, epoch: int) -> list[int]:
         m = self.source.manifest
-        return resume.plan(m.sizes, grid, resumed_from, epoch=epoch, by_size=m.largest_first, seed=seed,
-                           shuffle=shuffle, balance=balance, equalize=equalize)
+        return resume.plan_resume(m.sizes, grid, resumed_from, planning=planning, epoch=epoch,
+                                  by_size=m.largest_first)
 
-    def rank_count(self, rank: int, world_size: int, *, epoch: int, seed: int, shuffle: bool, balance: str,
-                   equalize: Equalize) -> int:
+    def rank_count(self, rank: int, world_size: int, planning: Planning, *, epoch: int) -> int:
         m = self.source.manifest
-        order = plan_mod.Epoch(m.sizes, epoch=epoch, seed=seed, shuffle=shuffle, by_size=m.largest_first)
+        order = plan_mod.Epoch(m.sizes, epoch=epoch, planning=planning, by_size=m.largest_first)
         # This rank's share alone: dealing every rank's in read order would sort all of them.
-        deal = plan_mod.Deal(order, world_size, balance=balance, equalize=equalize, excluded=None)
-        return len(deal.share(rank))
+        return len(plan_mod.Deal(order, world_size, excluded=None).share(rank))
 
-    def files_of(self, pieces: Sequence[int], *, seed: int, shuffle: bool) -> list[int]:
+    def files_of(self, pieces: Sequence[int], planning: Planning) -> list[int]:
         return list(pieces)
 
     def read_files(self, items: Sequence[int], cache: Cache, *, fetch_threads: int, on_error: OnError = "raise",
@@ -63,11 +60,10 @@ class FilesReader(FileRowsReader):
         return read_items(self.source.manifest, items, cache, fetch_threads=fetch_threads, on_error=on_error,
                           **fetch)
 
-    def share(self, rank: int, world_size: int, *, epoch: int, seed: int, shuffle: bool,
-              equalize: Equalize) -> tuple[np.ndarray, list[int]]:
+    def share(self, rank: int, world_size: int, planning: Planning, *, epoch: int) -> tuple[np.ndarray, list[int]]:
         m = self.source.manifest
-        files = plan_mod.rank_share(m.sizes, rank=rank, world_size=world_size, epoch=epoch, seed=seed,
-                                    shuffle=shuffle, equalize=equalize, by_size=m.largest_first)
+        files = plan_mod.rank_share(m.sizes, rank=rank, world_size=world_size, planning=planning, epoch=epoch,
+                                    by_size=m.largest_first)
         return np.asarray(files, dtype=np.int64), files
 
     def share_weights(self, rank: int, world_size: int, *, equalize: Equalize) -> np.ndarray:
@@ -76,7 +72,7 @@ class FilesReader(FileRowsReader):
     def weights(self, pieces: Sequence[int]) -> list[int]:
         return self.source.manifest.sizes[np.asarray(pieces, dtype=np.int64)].tolist()
 
-    def part(self, pieces: Sequence[int], *, epoch: int, seed: int, shuffle: bool) -> FilesPart:
+    def part(self, pieces: Sequence[int], planning: Planning, *, epoch: int) -> FilesPart:
         m = self.source.manifest
         rows = m.rows(pieces)
         return FilesPart(m.root, self.source.local, m.fingerprint, rows, list(pieces))

@@ -37,6 +37,8 @@ from .row_groups import CountedPart, CountedUnits, localize, within
 if TYPE_CHECKING:
     import pyarrow as pa
 
+    from ..planning.shares import Planning
+
 
 log = logging.getLogger("air_core")
 
@@ -189,11 +191,11 @@ class LinesReader(CountedUnits, TableReader):
                                           on_error=on_error, skipped=skipped):
             yield index, table
 
-    def part(self, pieces: Sequence[Piece], *, epoch: int, seed: int, shuffle: bool) -> LinesPart:
+    def part(self, pieces: Sequence[Piece], planning: Planning, *, epoch: int) -> LinesPart:
         m = self.source.manifest
         files, local = localize(pieces)
-        return LinesPart(m.root, self.source.local, m.fingerprint, m.rows(files), local, self.format(), epoch, seed,
-                         shuffle)
+        return LinesPart(m.root, self.source.local, m.fingerprint, m.rows(files), local, self.format(), epoch,
+                         planning.seed, planning.shuffle)
 
 
 class LinesPart(CountedPart):

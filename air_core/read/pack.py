@@ -22,7 +22,7 @@ from .row_groups import RowGroupPieces
 if TYPE_CHECKING:
     from ..io.cache import Cache
     from ..grid import Grid
-    from ..planning.shares import Equalize
+    from ..planning.shares import Planning
 
 _LOOSE_ONLY = ("loose files: {path} is a pack, read a row group at a time: its streams take neighbouring row "
                "groups, by count, and an unreadable shard cannot be skipped file by file")
@@ -67,17 +67,14 @@ class PackReader(RowGroupPieces, FileRowsReader):
     def pieces(self, files: Sequence[int]) -> list[RowGroup | RowSlice]:
         return pack_plan.pieces(self.units(), files)
 
-    def plan(self, grid: Grid, resumed_from: dict | None, *, epoch: int, seed: int, shuffle: bool, balance: str,
-             equalize: Equalize) -> list[int]:
-        return pack_plan.plan(self._unit_rows(), grid, resumed_from, epoch=epoch, seed=seed, shuffle=shuffle,
-                              equalize=equalize)
+    def plan(self, grid: Grid, resumed_from: dict | None, planning: Planning, *, epoch: int) -> list[int]:
+        return pack_plan.plan_packs(self._unit_rows(), grid, resumed_from, planning=planning, epoch=epoch)
 
-    def rank_count(self, rank: int, world_size: int, *, epoch: int, seed: int, shuffle: bool, balance: str,
-                   equalize: Equalize) -> int:
-        return pack_plan.rank_counts(self._unit_rows(), world_size, equalize=equalize)[rank]
+    def rank_count(self, rank: int, world_size: int, planning: Planning, *, epoch: int) -> int:
+        return pack_plan.rank_counts(self._unit_rows(), world_size, planning=planning)[rank]
 
-    def files_of(self, pieces: Sequence[RowGroup | RowSlice], *, seed: int, shuffle: bool) -> list[int]:
-        return pack_plan.files_of(self.units(), pieces, seed=seed, shuffle=shuffle)
+    def files_of(self, pieces: Sequence[RowGroup | RowSlice], planning: Planning) -> list[int]:
+        return pack_plan.files_of(self.units(), pieces, planning=planning)
 
     def read_files(self, items: Sequence[int], cache: Cache, *, fetch_threads: int, on_error: str = "raise",
                    **fetch: int) -> Iterator[CachedFile]:
@@ -85,10 +82,10 @@ class PackReader(RowGroupPieces, FileRowsReader):
         source = self.source
         return pack_read.read_files(source.manifest, self.placement(), self.shards(), items, cache)
 
-    def part(self, pieces: Sequence[RowGroup | RowSlice], *, epoch: int, seed: int, shuffle: bool) -> PackPart:
+    def part(self, pieces: Sequence[RowGroup | RowSlice], planning: Planning, *, epoch: int) -> PackPart:
         source = self.source
         manifest, shards = source.manifest, self.shards()
-        files = pack_plan.files_of(self.units(), pieces, seed=seed, shuffle=shuffle, epoch=epoch)
+        files = pack_plan.files_of(self.units(), pieces, planning=planning, epoch=epoch)
         placed, used = self.placement().take(files)  # only its files' places and its shards' rows
         return PackPart(manifest.root, manifest.fingerprint, manifest.rows(files), files, placed, shards.root,
                         source.local, shards.fingerprint, shards.rows(used))

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
     from ..io.cache import Cache
+    from ..planning.shares import Planning
 
 _FILES_ONLY = ("files mode: {path} is read as Parquet, whose rows are the tables' rows (skipping a file would drop "
                "rows of the table); pass mode='files' to read Parquet files as files")
@@ -70,7 +71,7 @@ class ParquetReader(RowGroupPieces, TableReader):
                                     fetch_threads=fetch_threads)
         return enumerate(cast_to(tables, self.source.options.get("schema")))
 
-    def part(self, pieces: Sequence[RowGroup | RowSlice], *, epoch: int, seed: int, shuffle: bool) -> ParquetPart:
+    def part(self, pieces: Sequence[RowGroup | RowSlice], planning: Planning, *, epoch: int) -> ParquetPart:
         m = self.source.manifest
         files, local = localize(pieces)
         return ParquetPart(m.root, self.source.local, m.fingerprint, m.rows(files), local,

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from ..io.cache import Cache
     from ..grid import Grid
     from ..manifest import Manifest
-    from ..planning.shares import Equalize
+    from ..planning.shares import Equalize, Planning
     from ..source import Source
     from ..io.files import CachedFile, Skipped
 
@@ -106,13 +106,12 @@ class Reader:
         """The rows `pieces` hold."""
         raise NotImplementedError
 
-    def deal(self, pieces: Sequence, parts: int, *, seed: int, shuffle: bool, equalize: Equalize) -> list[list]:
-        """`pieces` dealt into `parts` balanced parts (equal counts of rows with `equalize`), each in read
-        order: a seeded one with `shuffle`."""
+    def deal(self, pieces: Sequence, parts: int, planning: Planning) -> list[list]:
+        """`pieces` dealt into `parts` balanced parts (equal counts of rows with `planning.equalize`), each in
+        read order: a seeded one with `planning.shuffle`."""
         raise NotImplementedError
 
-    def share(self, rank: int, world_size: int, *, epoch: int, seed: int, shuffle: bool,
-              equalize: Equalize) -> tuple[np.ndarray, list]:
+    def share(self, rank: int, world_size: int, planning: Planning, *, epoch: int) -> tuple[np.ndarray, list]:
         """`rank`'s pieces in `epoch`'s read order, and a key for each that no epoch changes.
 
         The same pieces every epoch, so a node's cache keeps serving them; the
@@ -128,9 +127,9 @@ class Reader:
         """The bytes of each of `pieces`: what parallel work is balanced by."""
         raise NotImplementedError
 
-    def part(self, pieces: Sequence, *, epoch: int, seed: int, shuffle: bool) -> Part:
+    def part(self, pieces: Sequence, planning: Planning, *, epoch: int) -> Part:
         """A unit of parallel work over `pieces`, small enough to travel: it carries only its own part of the
-        listing. `epoch`, `seed` and `shuffle` order the rows inside the pieces."""
+        listing. `epoch` and the planning's `seed` and `shuffle` order the rows inside the pieces."""
         raise NotImplementedError
 
 
@@ -164,17 +163,15 @@ class FileRowsReader(Reader):
     counts = "files"
     label = "files"
 
-    def plan(self, grid: Grid, resumed_from: dict | None, *, epoch: int, seed: int, shuffle: bool, balance: str,
-             equalize: Equalize) -> list[int]:
+    def plan(self, grid: Grid, resumed_from: dict | None, planning: Planning, *, epoch: int) -> list[int]:
         """The files (listing positions) one stream reads in `epoch`, after resuming the run `resumed_from`."""
         raise NotImplementedError
 
-    def rank_count(self, rank: int, world_size: int, *, epoch: int, seed: int, shuffle: bool, balance: str,
-                   equalize: Equalize) -> int:
+    def rank_count(self, rank: int, world_size: int, planning: Planning, *, epoch: int) -> int:
         """How many files `rank` reads in `epoch`, all its DataLoader workers together."""
         raise NotImplementedError
 
-    def files_of(self, pieces: Sequence, *, seed: int, shuffle: bool) -> list[int]:
+    def files_of(self, pieces: Sequence, planning: Planning) -> list[int]:
         """The files (listing positions) that `pieces` hold, in read order."""
         raise NotImplementedError
 

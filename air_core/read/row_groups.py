@@ -25,7 +25,7 @@ from .reader import Part
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from ..planning.shares import Equalize
+    from ..planning.shares import Equalize, Planning
 
 
 class RowGroupPieces:
@@ -37,14 +37,12 @@ class RowGroupPieces:
     def count(self, pieces: Sequence[RowGroup | RowSlice]) -> int:
         return sum(p.num_rows for p in pieces)
 
-    def deal(self, pieces: Sequence[RowGroup | RowSlice], parts: int, *, seed: int, shuffle: bool,
-             equalize: Equalize) -> list[list]:
-        return deal_rows(pieces, parts, seed=seed, shuffle=shuffle, equalize=equalize)
+    def deal(self, pieces: Sequence[RowGroup | RowSlice], parts: int, planning: Planning) -> list[list]:
+        return deal_rows(pieces, parts, planning)
 
-    def share(self, rank: int, world_size: int, *, epoch: int, seed: int, shuffle: bool,
-              equalize: Equalize) -> tuple[np.ndarray, list]:
-        pieces = rank_pieces(self.units(), rank, world_size, equalize)
-        order = epoch_order(len(pieces), epoch=epoch, seed=seed, shuffle=shuffle)
+    def share(self, rank: int, world_size: int, planning: Planning, *, epoch: int) -> tuple[np.ndarray, list]:
+        pieces = rank_pieces(self.units(), rank, world_size, planning.equalize)
+        order = epoch_order(len(pieces), epoch=epoch, seed=planning.seed, shuffle=planning.shuffle)
         return np.asarray(order, dtype=np.int64), [pieces[k] for k in order]
 
     def share_weights(self, rank: int, world_size: int, *, equalize: Equalize) -> np.ndarray:
@@ -81,21 +79,20 @@ class CountedUnits:
     def count(self, pieces: Sequence[Any]) -> int:
         return sum(p.num_rows for p in self._with_counts(pieces))
 
-    def deal(self, pieces: Sequence[Any], parts: int, *, seed: int, shuffle: bool, equalize: Equalize) -> list[list]:
-        if equalize != "none":
-            return deal_rows(self._with_counts(pieces), parts, seed=seed, shuffle=shuffle, equalize=equalize)
-        dealt = plan_mod.rank_shares([piece_bytes(p) for p in pieces], world_size=parts, seed=seed, shuffle=shuffle)
+    def deal(self, pieces: Sequence[Any], parts: int, planning: Planning) -> list[list]:
+        if planning.equalize != "none":
+            return deal_rows(self._with_counts(pieces), parts, planning)
+        dealt = plan_mod.rank_shares([piece_bytes(p) for p in pieces], world_size=parts, planning=planning)
         return [[pieces[k] for k in part] for part in dealt]
 
-    def share(self, rank: int, world_size: int, *, epoch: int, seed: int, shuffle: bool,
-              equalize: Equalize) -> tuple[np.ndarray, list]:
-        if equalize != "none":
-            pieces = rank_pieces(self.counted(), rank, world_size, equalize)
-            order = epoch_order(len(pieces), epoch=epoch, seed=seed, shuffle=shuffle)
+    def share(self, rank: int, world_size: int, planning: Planning, *, epoch: int) -> tuple[np.ndarray, list]:
+        if planning.equalize != "none":
+            pieces = rank_pieces(self.counted(), rank, world_size, planning.equalize)
+            order = epoch_order(len(pieces), epoch=epoch, seed=planning.seed, shuffle=planning.shuffle)
             return np.asarray(order, dtype=np.int64), [pieces[k] for k in order]
         units = self.units()
-        keys = plan_mod.rank_share(self.unit_bytes(), rank=rank, world_size=world_size, epoch=epoch, seed=seed,
-                                   shuffle=shuffle)
+        keys = plan_mod.rank_share(self.unit_bytes(), rank=rank, world_size=world_size, planning=planning,
+                                   epoch=epoch)
         return np.asarray(keys, dtype=np.int64), [units[k] for k in keys]
 
     def share_weights(self, rank: int, world_size: int, *, equalize: Equalize) -> np.ndarray:

@@ -45,6 +45,8 @@ from .row_groups import CountedPart, CountedUnits, localize
 if TYPE_CHECKING:
     import pyarrow as pa
 
+    from ..planning.shares import Planning
+
 
 log = logging.getLogger("air_core")
 
@@ -238,11 +240,11 @@ class WebDatasetReader(CountedUnits, TableReader):
                                   on_error=on_error, fetch_threads=min(fetch_threads, FETCH_THREADS)):
             yield index, table
 
-    def part(self, pieces: Sequence[Piece], *, epoch: int, seed: int, shuffle: bool) -> WebDatasetPart:
+    def part(self, pieces: Sequence[Piece], planning: Planning, *, epoch: int) -> WebDatasetPart:
         m = self.source.manifest
         files, local = localize(pieces)
         return WebDatasetPart(m.root, self.source.local, m.fingerprint, m.rows(files), local, self.format(), epoch,
-                              seed, shuffle)
+                              planning.seed, planning.shuffle)
 
 
 class WebDatasetPart(CountedPart):

@@ -37,11 +37,7 @@ from typing import Any, BinaryIO, Generator
 from torch.distributed.checkpoint.filesystem import FileSystemBase, FileSystemReader, FileSystemWriter
 from torch.distributed.checkpoint.planner import SavePlan
 
-from .. import volume
-from ..io import transport
-from ..io.cache import Cache
-from ..errors import VolumePathError
-from ..io.fetch import retrying
+from ..doors import Cache, VolumePathError, retrying, transport, volume
 
 
 class _VolumeFileSystem(FileSystemBase):

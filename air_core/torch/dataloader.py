@@ -21,8 +21,7 @@ from typing import Any, Callable, Iterator, NamedTuple
 import torch.distributed
 import torch.utils.data
 
-from ..errors import StateError
-from ..dist import detect_rank, process_group
+from ..doors import StateError, detect_rank, process_group
 from . import state as state_mod
 from .dataset import UCVolumeDataset
 from .timing import FetchTimings, active_run_id

@@ -7,10 +7,7 @@ from typing import Any, Iterator, Mapping, Protocol, Sequence, runtime_checkable
 
 import torch.utils.data
 
-from ..manifest import Manifest
-from ..planning.shares import Balance, Equalize
-from ..read import DEFAULT_PREFETCH, DEFAULT_PREFETCH_BYTES, OnError
-from ..stream import FileStream
+from ..doors import DEFAULT_PREFETCH, DEFAULT_PREFETCH_BYTES, Balance, Equalize, FileStream, Manifest, OnError
 
 
 @runtime_checkable
@@ -93,7 +90,7 @@ class UCVolumeDataset(torch.utils.data.IterableDataset):
         verify: check each cached copy's bytes against their checksum on every hit, not only
             its length (see `air_core.FileStream`).
         fetch_threads: files read concurrently by each worker (default: 32 when there are
-            several workers, else 64; see `air_core.default_fetch_threads`).
+            several workers, else 64; see `air_core.doors.default_fetch_threads`).
         prefetch: most files fetched ahead of the consumer, per worker.
         prefetch_bytes: most bytes fetched ahead of the consumer, per worker.
         on_error: "raise" (default) or "skip": leave out, with a warning, a file that stays

@@ -23,8 +23,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ..errors import StateError
-from ..planning.resume import VERSION, upgrade
+from ..doors import VERSION, StateError, upgrade
 
 _KEYS = ("version", "epoch", "fingerprint", "options", "resumed_from", "streams")
 
