@@ -481,6 +481,9 @@ def test_rows_mode_reads_a_mixture_of_tables_each_sources_rows_every_epoch(volum
         chat.update({i: c for i, c in got.items() if i < 100})
     assert len(chat) == 60 and sorted(chat.values()) == [1] * 45 + [2] * 15  # every row once before any twice
     assert set(next(iter(UCVolumeDataset(sources=sources, mode="rows", columns=["id"])))) == {"id"}
+    assert len(pickle.dumps(dataset)) < 4000  # workers get the sources' listings from files, not inside
+    one = UCVolumeDataset(volume.path("code"), mode="rows")
+    assert sorted(row["id"] for row in one) == list(range(100, 112))
 
 
 def test_rows_mode_resumes_from_the_loaders_state_exactly_once(volume):
