@@ -8,8 +8,11 @@ walk over seeded permutations of its units, so every row comes once before
 any comes twice). A piece of the epoch is a row range of one source's unit
 (row group, span), `MixedPiece`; a rank's share is its part of each source's
 rows, cut in the units' order (a unit stays on its rank from epoch to epoch
-where the source's share of it does), in a seeded order with `shuffle`. A
-resumed run deals what is left as `RowStream` does any table's runs.
+where the source's share of it does), in a seeded order with `shuffle`. With
+`shuffle`, a `RowStream` reads every few consecutive runs of its plan as one
+`MixedBundle`, their rows together in a seeded order, so the sources' rows
+interleave row by row. A resumed run deals what is left as `RowStream` does
+any table's runs.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from .errors import OptionError
 from .mixed_source import Mixed, MixedSource, resolve_specs
 from .planning import mixture
 from .planning.rows import RowSlice, deal_rows, piece_bytes
+from .planning.runs import Run
 from .planning.shares import Equalize, epoch_order
 from .read import TableReader
 from .read.reader import Part
@@ -36,6 +40,8 @@ if TYPE_CHECKING:
     from .io.cache import Cache
 
 ROW_MODES = ("parquet", "json", "csv", "text")
+# Consecutive runs a shuffled stream reads as one, their rows interleaved: the pieces it holds decoded at once.
+MIX_RUNS = 4
 
 
 def resolve_tables(sources: Sequence[Mapping[str, Any]], *, epoch_size: int | None = None,
@@ -144,6 +150,22 @@ class MixedPiece:
         return self.unit if whole else RowSlice(self.unit, self.start, self.stop)
 
 
+@dataclass(frozen=True)
+class MixedBundle:
+    """Consecutive pieces of one stream's plan read as one: all their rows, in the order `seed` draws."""
+
+    pieces: tuple[MixedPiece, ...]
+    seed: tuple[int, ...]
+
+    @property
+    def num_rows(self) -> int:
+        return sum(p.num_rows for p in self.pieces)
+
+    @property
+    def nbytes(self) -> int:
+        return sum(p.nbytes for p in self.pieces)
+
+
 class MixedTableReader(TableReader):
     """The `TableReader` methods a `RowStream` uses, for a mixture of tables: its pieces are `MixedPiece`s."""
 
@@ -216,6 +238,21 @@ class MixedTableReader(TableReader):
             mine = _interleaved(mine, len(self._units))
         return np.array([self._keys[p.source][p.unit] for p in mine], dtype=np.int64), mine
 
+    def stream_runs(self, runs: list[Run], *, epoch: int, seed: int, shuffle: bool) -> list[Run]:
+        """With `shuffle`, a stream's runs as runs of `MixedBundle`s of `MIX_RUNS` each, the sources' runs
+        alternating in their proportions (each source's in its shuffled order): a bundle's rows interleave row by
+        row."""
+        if not shuffle:
+            return runs
+        # The sources alternating in their proportions first, so that every bundle holds some of each.
+        exact = _interleaved([_exact(r) for r in runs], len(self._units))
+        out = []
+        for k in range(0, len(exact), MIX_RUNS):
+            pieces = tuple(exact[k:k + MIX_RUNS])
+            first = pieces[0]  # the bundle's seed says which rows it holds, not where it lies in a plan
+            out.append(Run(MixedBundle(pieces, (seed, epoch, self._keys[first.source][first.unit], first.start))))
+        return out
+
     def share_weights(self, rank: int, world_size: int, *, equalize: Equalize) -> np.ndarray:
         """The bytes of every unit of every source, by the keys `share` gives: any may be drawn into a share."""
         return np.array([u.nbytes for units in self._units for u in units], dtype=np.int64)
@@ -234,20 +271,27 @@ class MixedTableReader(TableReader):
                     on_error: str = "raise", skipped: list[str] | None = None) -> Iterator[tuple[int, pa.Table]]:
         """The pieces' rows, in order: each source's pieces read by its own reader, fetched ahead, one read per
         source; the rows inside a piece in the file's order, so a unit's row range is the same rows in every
-        epoch."""
+        epoch, and a `MixedBundle`'s rows all together, in its seeded order (one table)."""
+        flat = [q for p in pieces for q in (p.pieces if isinstance(p, MixedBundle) else (p,))]
         by_source: dict[int, list] = {}
         at = []
-        for p in pieces:
-            mine = by_source.setdefault(p.source, [])
-            at.append((p.source, len(mine)))
-            mine.append(p.native)
+        for q in flat:
+            mine = by_source.setdefault(q.source, [])
+            at.append((q.source, len(mine)))
+            mine.append(q.native)
         reads = {s: _Ahead(self.source.sources[s].reader.read_pieces(
                      natives, cache, columns=columns, fetch_threads=fetch_threads, on_error=on_error,
                      skipped=skipped))
                  for s, natives in by_source.items()}
-        for k, (s, j) in enumerate(at):
-            for table in reads[s].tables_of(j):
-                yield k, table
+        tables_of = (reads[s].tables_of(j) for s, j in at)  # each flat piece's tables, taken in order
+        for k, p in enumerate(pieces):
+            if isinstance(p, MixedBundle):
+                held = [t for _ in p.pieces for t in next(tables_of)]
+                if held:
+                    yield k, _shuffled(held, p.seed)
+            else:
+                for table in next(tables_of):
+                    yield k, table
 
 
 @dataclass(frozen=True)
@@ -283,6 +327,21 @@ def _interleaved(pieces: list[MixedPiece], sources: int) -> list[MixedPiece]:
         where.append(((seen[p.source] + 0.5) / per[p.source], p.source))
         seen[p.source] += 1
     return [pieces[k] for k in sorted(range(len(pieces)), key=where.__getitem__)]
+
+
+def _exact(run: Run) -> MixedPiece:
+    """The rows of a run of a `MixedPiece`, as a piece."""
+    p = run.piece
+    return MixedPiece(p.source, p.unit, p.start + run.lo, p.start + (p.num_rows if run.hi is None else run.hi))
+
+
+def _shuffled(tables: list[pa.Table], seed: tuple[int, ...]) -> pa.Table:
+    """The tables' rows as one table, in an order `seed` draws."""
+    import pyarrow as pa
+
+    # The sources' files may carry metadata of their own (pandas', a writer's): the rows are of one schema.
+    table = pa.concat_tables([t.replace_schema_metadata(None) for t in tables])
+    return table.take(np.random.default_rng(seed).permutation(table.num_rows))
 
 
 def _cut(pieces: list[MixedPiece], lengths: list[int]) -> list[list[MixedPiece]]:

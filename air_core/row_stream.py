@@ -224,7 +224,10 @@ class _Planner:
         """One stream's runs after resuming the run `state` (None: from the epoch's start)."""
         key = (id(state), grid)
         if key not in self._runs:
-            self._runs[key] = self._workers(self._rank_runs(grid, state), grid)
+            runs = self._workers(self._rank_runs(grid, state), grid)
+            # A resumed plan is what a fresh one left: its runs are read as they were then.
+            self._runs[key] = runs if state is not None else self.reader.stream_runs(
+                runs, epoch=self.epoch, seed=self.seed, shuffle=self.shuffle)
         return self._runs[key]
 
     def _rank_runs(self, grid: Grid, state: dict | None) -> list[Run]:
