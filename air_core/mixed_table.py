@@ -9,9 +9,9 @@ any comes twice). A piece of the epoch is a row range of one source's unit
 (row group, span), `MixedPiece`; a rank's share is its part of each source's
 rows, cut in the units' order (a unit stays on its rank from epoch to epoch
 where the source's share of it does), in a seeded order with `shuffle`. With
-`shuffle`, a `RowStream` reads every few consecutive runs of its plan as one
-`MixedBundle`, their rows together in a seeded order, so the sources' rows
-interleave row by row. A resumed run deals what is left as `RowStream` does
+`shuffle`, a `RowStream` (or a `uc-volume` shard) reads every few pieces of
+its plan as one `MixedBundle`, their rows together in a seeded order, so the
+sources' rows interleave row by row. A resumed run deals what is left as `RowStream` does
 any table's runs.
 """
 
@@ -27,7 +27,6 @@ from .errors import OptionError
 from .mixed_source import Mixed, MixedSource, resolve_specs
 from .planning import mixture
 from .planning.rows import RowSlice, deal_rows, piece_bytes
-from .planning.runs import Run
 from .planning.shares import Equalize, epoch_order
 from .read import TableReader
 from .read.reader import Part
@@ -40,8 +39,8 @@ if TYPE_CHECKING:
     from .io.cache import Cache
 
 ROW_MODES = ("parquet", "json", "csv", "text")
-# Consecutive runs a shuffled stream reads as one, their rows interleaved: the pieces it holds decoded at once.
-MIX_RUNS = 4
+# Pieces a shuffled stream reads as one, their rows interleaved: what it holds decoded at once.
+BUNDLE_PIECES = 4
 
 
 def resolve_tables(sources: Sequence[Mapping[str, Any]], *, epoch_size: int | None = None,
@@ -238,19 +237,19 @@ class MixedTableReader(TableReader):
             mine = _interleaved(mine, len(self._units))
         return np.array([self._keys[p.source][p.unit] for p in mine], dtype=np.int64), mine
 
-    def stream_runs(self, runs: list[Run], *, epoch: int, seed: int, shuffle: bool) -> list[Run]:
-        """With `shuffle`, a stream's runs as runs of `MixedBundle`s of `MIX_RUNS` each, the sources' runs
-        alternating in their proportions (each source's in its shuffled order): a bundle's rows interleave row by
-        row."""
+    def stream_pieces(self, pieces: list[MixedPiece], *, epoch: int, seed: int,
+                      shuffle: bool) -> list[MixedPiece | MixedBundle]:
+        """With `shuffle`, a stream's pieces as `MixedBundle`s of `BUNDLE_PIECES` each, the sources alternating in
+        their proportions (each source's pieces in their shuffled order): a bundle's rows interleave row by row."""
         if not shuffle:
-            return runs
-        # The sources alternating in their proportions first, so that every bundle holds some of each.
-        exact = _interleaved([_exact(r) for r in runs], len(self._units))
-        out = []
-        for k in range(0, len(exact), MIX_RUNS):
-            pieces = tuple(exact[k:k + MIX_RUNS])
-            first = pieces[0]  # the bundle's seed says which rows it holds, not where it lies in a plan
-            out.append(Run(MixedBundle(pieces, (seed, epoch, self._keys[first.source][first.unit], first.start))))
+            return pieces
+        # The sources alternating first, so that every bundle holds some of each.
+        mixed = _interleaved(list(pieces), len(self._units))
+        out: list[MixedPiece | MixedBundle] = []
+        for k in range(0, len(mixed), BUNDLE_PIECES):
+            first = mixed[k]  # the bundle's seed says which rows it holds, not where it lies in a plan
+            out.append(MixedBundle(tuple(mixed[k:k + BUNDLE_PIECES]),
+                                   (seed, epoch, self._keys[first.source][first.unit], first.start)))
         return out
 
     def share_weights(self, rank: int, world_size: int, *, equalize: Equalize) -> np.ndarray:
@@ -327,12 +326,6 @@ def _interleaved(pieces: list[MixedPiece], sources: int) -> list[MixedPiece]:
         where.append(((seen[p.source] + 0.5) / per[p.source], p.source))
         seen[p.source] += 1
     return [pieces[k] for k in sorted(range(len(pieces)), key=where.__getitem__)]
-
-
-def _exact(run: Run) -> MixedPiece:
-    """The rows of a run of a `MixedPiece`, as a piece."""
-    p = run.piece
-    return MixedPiece(p.source, p.unit, p.start + run.lo, p.start + (p.num_rows if run.hi is None else run.hi))
 
 
 def _shuffled(tables: list[pa.Table], seed: tuple[int, ...]) -> pa.Table:

@@ -225,9 +225,10 @@ class _Planner:
         key = (id(state), grid)
         if key not in self._runs:
             runs = self._workers(self._rank_runs(grid, state), grid)
-            # A resumed plan is what a fresh one left: its runs are read as they were then.
-            self._runs[key] = runs if state is not None else self.reader.stream_runs(
-                runs, epoch=self.epoch, seed=self.seed, shuffle=self.shuffle)
+            if state is None:  # whole pieces; a resumed plan is what a fresh one left, read as it was then
+                runs = [Run(p) for p in self.reader.stream_pieces([r.piece for r in runs], epoch=self.epoch,
+                                                                  seed=self.seed, shuffle=self.shuffle)]
+            self._runs[key] = runs
         return self._runs[key]
 
     def _rank_runs(self, grid: Grid, state: dict | None) -> list[Run]:

@@ -284,6 +284,7 @@ class UCVolume(datasets.ArrowBasedBuilder):
         pieces = [piece for shard in shards for piece in shard]
         if isinstance(reader, TableReader):
             names, kinds = list(self._features), reader.media()
+            pieces = reader.stream_pieces(pieces, epoch=epoch, seed=c.seed, shuffle=c.shuffle)
             tables = reader.read_tables(pieces, cache, columns=c.columns, fetch_threads=threads, epoch=epoch,
                                         seed=c.seed, shuffle=c.shuffle, on_error=c.on_error)
             yield from enumerate(media.table(t.select(names), kinds) for t in tables)

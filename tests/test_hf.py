@@ -519,6 +519,8 @@ def test_a_mixture_of_tables_reads_the_epoch_set_on_the_dataset_it_iterates(volu
         alone.set_epoch(epoch)
         assert got == collections.Counter(r["id"] for r in alone)
         assert sum(c for i, c in got.items() if i < 100) == 40 and sum(c for i, c in got.items() if i >= 100) == 18
+    srcs = [r["src"] for r in air_hf.split_for_rank(ds, rank=1, world_size=2)]
+    assert sum(a != b for a, b in zip(srcs, srcs[1:])) > 4  # inside a shard, the sources' rows interleave
     first, second = (collections.Counter(r["id"] for r in ds) for _ in range(2))
     ds.set_epoch(1)
     assert first == second != collections.Counter(r["id"] for r in ds)

@@ -225,10 +225,10 @@ class TableReader(Reader):
         records, and adds where it lay to `skipped`."""
         raise NotImplementedError
 
-    def stream_runs(self, runs: list, *, epoch: int, seed: int, shuffle: bool) -> list:
-        """One stream's planned runs (`air_core.planning.runs.Run`s) as it reads them: as planned, here (a mixture
-        of tables, `air_core.mixed_table`, interleaves its sources' rows with `shuffle`)."""
-        return runs
+    def stream_pieces(self, pieces: list, *, epoch: int, seed: int, shuffle: bool) -> list:
+        """One stream's planned pieces (a `RowStream`'s, a `uc-volume` shard's) as it reads them: as planned,
+        here (a mixture of tables, `air_core.mixed_table`, interleaves its sources' rows with `shuffle`)."""
+        return pieces
 
     def read_tables(self, pieces: Sequence, cache: Cache, **options: Any) -> Iterator[pa.Table]:
         """The tables of `read_pieces` (same options), without their pieces' positions."""
