@@ -11,8 +11,8 @@ rows, cut in the units' order (a unit stays on its rank from epoch to epoch
 where the source's share of it does), in a seeded order with `shuffle`. With
 `shuffle`, a `RowStream` (or a `uc-volume` shard) reads every few pieces of
 its plan as one `MixedBundle`, their rows together in a seeded order, so the
-sources' rows interleave row by row. A resumed run deals what is left as `RowStream` does
-any table's runs.
+sources' rows interleave row by row. A resumed run deals what is left as
+`RowStream` does any table's runs.
 """
 
 from __future__ import annotations
@@ -151,7 +151,7 @@ class MixedPiece:
 
 @dataclass(frozen=True)
 class MixedBundle:
-    """Consecutive pieces of one stream's plan read as one: all their rows, in the order `seed` draws."""
+    """A few pieces of one stream's plan read as one: all their rows, in the order `seed` draws."""
 
     pieces: tuple[MixedPiece, ...]
     seed: tuple[int, ...]

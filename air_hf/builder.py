@@ -236,7 +236,8 @@ class UCVolume(datasets.ArrowBasedBuilder):
             return [datasets.SplitGenerator(name="train", gen_kwargs={"shards": list(range(n)), "parts": n, SHIFT: 0})]
         listed = by_split(self._source.manifest.paths.tolist())
         generators = []
-        for split, pieces in {split: reader.pieces(files) for split, files in listed.items()}.items():
+        for split, files in listed.items():
+            pieces = reader.pieces(files)
             n = shard_count(len(pieces), world_size=world_size, num_workers=c.num_workers)
             if c.equalize == "drop":
                 check_drop(reader.count(pieces), reader.counts, n)
