@@ -499,6 +499,14 @@ def test_rows_mode_resumes_from_the_loaders_state_exactly_once(volume):
                          collate_fn=list)
     resumed.load_state_dict(state)
     assert Counter(before + [row["id"] for b in resumed for row in b]) == epoch_rows(sources, 1, shuffle=True)
+    alone = UCVolumeDataset(sources=sources, mode="rows", shuffle=True)  # the dataset's own state, no loader
+    alone.set_epoch(2)
+    rows = iter(alone)
+    before = [next(rows)["id"] for _ in range(17)]
+    again = UCVolumeDataset(sources=sources, mode="rows", shuffle=True)
+    again.load_state_dict(json.loads(json.dumps(alone.state_dict())))
+    assert again.next_epoch() == 2
+    assert Counter(before + [row["id"] for row in again]) == epoch_rows(sources, 2, shuffle=True)
 
 
 @pytest.mark.slow
