@@ -89,7 +89,8 @@ def _tables(resolved: list[Source], kind: mixture.Weight, weights: list[float], 
     """The tables' mixture, once their rows' schemas are found to be one."""
     schemas = [s.reader.schema() for s in resolved]
     for name, schema in zip(names[1:], schemas[1:]):
-        if not schema.equals(schemas[0]):
+        # Columns and their types; not whether a file promised no nulls (JSON Lines never does, Parquet may).
+        if _fields(schema) != _fields(schemas[0]):
             raise OptionError(f"{names[0]} holds rows of ({_fields(schemas[0])}) but {name} of ({_fields(schema)}): "
                               "the sources of a mixture must hold rows of one schema")
     units = [_units(s) for s in resolved]
@@ -332,8 +333,8 @@ def _shuffled(tables: list[pa.Table], seed: tuple[int, ...]) -> pa.Table:
     """The tables' rows as one table, in an order `seed` draws."""
     import pyarrow as pa
 
-    # The sources' files may carry metadata of their own (pandas', a writer's): the rows are of one schema.
-    table = pa.concat_tables([t.replace_schema_metadata(None) for t in tables])
+    # One source's file may say a column holds no nulls where another's does not: the types are the same.
+    table = pa.concat_tables(tables, promote_options="default")
     return table.take(np.random.default_rng(seed).permutation(table.num_rows))
 
 

@@ -131,6 +131,17 @@ def test_a_shuffled_stream_interleaves_the_sources_row_by_row(tables):
     assert [row["id"] for row in again] == ids  # seeded: every process reads the same order
 
 
+def test_sources_that_differ_only_in_promising_no_nulls_mix(tables):
+    no_nulls = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("src", pa.string(), nullable=False)])
+    path = tables.local("strict/part-0.parquet")
+    path.parent.mkdir()
+    pq.write_table(pa.table({"id": list(range(3000, 3012)), "src": ["strict"] * 12}, schema=no_nulls), path,
+                   row_group_size=5)
+    sources = [{"path": tables.path("code"), "repeat": 1}, {"path": tables.path("strict"), "repeat": 1}]
+    ids = [row["id"] for row in RowStream(sources=sources, shuffle=True)]
+    assert sorted(ids) == list(range(1000, 1050)) + list(range(3000, 3012))
+
+
 def read_some(streams, rng, most):
     delivered, states = [], []
     for s in streams:
