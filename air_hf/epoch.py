@@ -10,10 +10,10 @@ inside a DataLoader worker `shift_rngs(worker id)` too (datasets 5.2,
 `IterableDataset._prepare_ex_iterable_for_iteration` and `_iter_pytorch`).
 `EpochTables` adds the shifts up into a gen_kwarg, `epoch_shift`, which the
 tables function turns into the epoch with `epoch_of`. That protocol is private
-to `datasets`: this module is the one place that relies on it, and the
-mixture tests of `tests/test_hf.py` (`test_a_mixture_reads_the_epoch_set_on_the_dataset_it_iterates`,
-in the main process; `..._through_persistent_dataloader_workers`, in workers)
-fail if a release of `datasets` changes it.
+to `datasets`: this module is the one place that relies on it, and
+`tests/test_hf.py::test_datasets_tells_an_epoch_to_the_tables_function_through_its_seed_shifts`
+(in the main process and in DataLoader workers) fails, saying so, if a
+release of `datasets` changes it.
 """
 
 from __future__ import annotations

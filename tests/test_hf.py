@@ -452,6 +452,27 @@ def test_a_mixture_reads_each_sources_share_in_equal_shards(volume, hf_cache):
     assert all(len(r["bytes"]) == r["size"] for rows in by_rank for r in rows)
 
 
+def seen_epochs(shards, epoch_shift):
+    from air_hf.epoch import epoch_of
+
+    yield 0, pa.table({"shard": shards, "epoch": [epoch_of(epoch_shift)] * len(shards)})
+
+
+@pytest.mark.parametrize("workers", [0, pytest.param(2, marks=pytest.mark.slow)])
+def test_datasets_tells_an_epoch_to_the_tables_function_through_its_seed_shifts(workers):
+    # The private protocol air_hf.epoch relies on: if a release of datasets changes it, this fails first.
+    from air_hf.epoch import SHIFT, EpochTables
+
+    ds = datasets.IterableDataset(EpochTables(seen_epochs, {"shards": [0, 1, 2, 3, 4, 5, 6, 7], SHIFT: 0}))
+    mine = air_hf.split_for_rank(ds.shuffle(seed=1, buffer_size=2), rank=1, world_size=2)
+    loader = DataLoader(mine, batch_size=None, num_workers=workers, persistent_workers=workers > 0)
+    for epoch in (0, 1, 5):
+        mine.set_epoch(epoch)
+        rows = list(loader)
+        assert {r["epoch"] for r in rows} == {epoch}, "datasets no longer shifts seeds by the epoch as 5.2 does"
+        assert len(rows) == 4
+
+
 def mixture_epoch(sources, epoch, **opts):
     """The epoch's files as the core's planner reads them, one stream alone."""
     from air_core import FileStream
