@@ -32,11 +32,13 @@ if TYPE_CHECKING:
     from .mixed_source import MixedSource, resolve_sources
     from .mixed_table import MixedTable, resolve_mixture
     from .source import MODES, Mode, Source, check_columns, resolve_source
+    from .row_stream import RowStream
     from .stream import FileStream
 
 _LAZY = {
     "MODES": "air_core.source", "Mode": "air_core.source", "Source": "air_core.source",
     "check_columns": "air_core.source", "resolve_source": "air_core.source", "FileStream": "air_core.stream",
+    "RowStream": "air_core.row_stream",
     "MixedSource": "air_core.mixed_source", "resolve_sources": "air_core.mixed_source",
     "MixedTable": "air_core.mixed_table", "resolve_mixture": "air_core.mixed_table",
 }
@@ -44,7 +46,7 @@ _LAZY = {
 __all__ = [
     "AirError", "Balance", "Cache", "CachedFile", "DEFAULT_FETCH_THREADS", "DEFAULT_PREFETCH",
     "DEFAULT_PREFETCH_BYTES", "EQUALIZES", "Equalize", "FetchError", "FileStream", "Grid", "MODES", "Manifest",
-    "MixedSource", "MixedTable", "Mode", "ON_ERRORS", "OnError", "OptionError", "Part", "Planning", "Source",
+    "MixedSource", "MixedTable", "Mode", "ON_ERRORS", "OnError", "OptionError", "Part", "Planning", "RowStream", "Source",
     "StateError", "TableReader", "VERSION", "VolumePathError", "check_columns", "default_dir",
     "default_fetch_threads", "detect_rank", "entry_path_length", "exports", "freeze_inherited",
     "options", "process_group", "resolve_mixture", "resolve_source", "resolve_sources", "retrying", "snake",

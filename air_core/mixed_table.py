@@ -8,8 +8,11 @@ walk over seeded permutations of its units, so every row comes once before
 any comes twice). A piece of the epoch is a row range of one source's unit
 (row group, span), `MixedPiece`; a rank's share is its part of each source's
 rows, cut in the units' order (a unit stays on its rank from epoch to epoch
-where the source's share of it does), in a seeded order with `shuffle`. A
-resumed run deals what is left as `RowStream` does any table's runs.
+where the source's share of it does), in a seeded order with `shuffle`. With
+`shuffle`, a `RowStream` (or a `uc-volume` shard) reads every few pieces of
+its plan as one `MixedBundle`, their rows together in a seeded order, so the
+sources' rows interleave row by row. A resumed run deals what is left as
+`RowStream` does any table's runs.
 """
 
 from __future__ import annotations
@@ -36,6 +39,8 @@ if TYPE_CHECKING:
     from .io.cache import Cache
 
 ROW_MODES = ("parquet", "json", "csv", "text")
+# Pieces a shuffled stream reads as one, their rows interleaved: what it holds decoded at once.
+BUNDLE_PIECES = 4
 
 
 def resolve_tables(sources: Sequence[Mapping[str, Any]], *, epoch_size: int | None = None,
@@ -84,7 +89,8 @@ def _tables(resolved: list[Source], kind: mixture.Weight, weights: list[float], 
     """The tables' mixture, once their rows' schemas are found to be one."""
     schemas = [s.reader.schema() for s in resolved]
     for name, schema in zip(names[1:], schemas[1:]):
-        if not schema.equals(schemas[0]):
+        # Columns and their types; not whether a file promised no nulls (JSON Lines never does, Parquet may).
+        if _fields(schema) != _fields(schemas[0]):
             raise OptionError(f"{names[0]} holds rows of ({_fields(schemas[0])}) but {name} of ({_fields(schema)}): "
                               "the sources of a mixture must hold rows of one schema")
     units = [_units(s) for s in resolved]
@@ -142,6 +148,22 @@ class MixedPiece:
         """The piece as its source's reader reads it: the unit, or a row range of it."""
         whole = (self.start, self.stop) == (0, self.unit.num_rows)
         return self.unit if whole else RowSlice(self.unit, self.start, self.stop)
+
+
+@dataclass(frozen=True)
+class MixedBundle:
+    """A few pieces of one stream's plan read as one: all their rows, in the order `seed` draws."""
+
+    pieces: tuple[MixedPiece, ...]
+    seed: tuple[int, ...]
+
+    @property
+    def num_rows(self) -> int:
+        return sum(p.num_rows for p in self.pieces)
+
+    @property
+    def nbytes(self) -> int:
+        return sum(p.nbytes for p in self.pieces)
 
 
 class MixedTableReader(TableReader):
@@ -214,6 +236,21 @@ class MixedTableReader(TableReader):
             mine = _interleaved(mine, len(self._units))
         return np.array([self._keys[p.source][p.unit] for p in mine], dtype=np.int64), mine
 
+    def stream_pieces(self, pieces: list[MixedPiece], planning: Planning, *,
+                      epoch: int) -> list[MixedPiece | MixedBundle]:
+        """With `shuffle`, a stream's pieces as `MixedBundle`s of `BUNDLE_PIECES` each, the sources alternating in
+        their proportions (each source's pieces in their shuffled order): a bundle's rows interleave row by row."""
+        if not planning.shuffle:
+            return pieces
+        # The sources alternating first, so that every bundle holds some of each.
+        mixed = _interleaved(list(pieces), len(self._units))
+        out: list[MixedPiece | MixedBundle] = []
+        for k in range(0, len(mixed), BUNDLE_PIECES):
+            first = mixed[k]  # the bundle's seed says which rows it holds, not where it lies in a plan
+            out.append(MixedBundle(tuple(mixed[k:k + BUNDLE_PIECES]),
+                                   (planning.seed, epoch, self._keys[first.source][first.unit], first.start)))
+        return out
+
     def share_weights(self, rank: int, world_size: int, *, equalize: Equalize) -> np.ndarray:
         """The bytes of every unit of every source, by the keys `share` gives: any may be drawn into a share."""
         return np.array([u.nbytes for units in self._units for u in units], dtype=np.int64)
@@ -233,20 +270,27 @@ class MixedTableReader(TableReader):
                     on_error: str = "raise", skipped: list[str] | None = None) -> Iterator[tuple[int, pa.Table]]:
         """The pieces' rows, in order: each source's pieces read by its own reader, fetched ahead, one read per
         source; the rows inside a piece in the file's order, so a unit's row range is the same rows in every
-        epoch."""
+        epoch, and a `MixedBundle`'s rows all together, in its seeded order (one table)."""
+        flat = [q for p in pieces for q in (p.pieces if isinstance(p, MixedBundle) else (p,))]
         by_source: dict[int, list] = {}
         at = []
-        for p in pieces:
-            mine = by_source.setdefault(p.source, [])
-            at.append((p.source, len(mine)))
-            mine.append(p.native)
+        for q in flat:
+            mine = by_source.setdefault(q.source, [])
+            at.append((q.source, len(mine)))
+            mine.append(q.native)
         reads = {s: _Ahead(self.source.sources[s].reader.read_pieces(
                      natives, cache, columns=columns, fetch_threads=fetch_threads, on_error=on_error,
                      skipped=skipped))
                  for s, natives in by_source.items()}
-        for k, (s, j) in enumerate(at):
-            for table in reads[s].tables_of(j):
-                yield k, table
+        tables_of = (reads[s].tables_of(j) for s, j in at)  # each flat piece's tables, taken in order
+        for k, p in enumerate(pieces):
+            if isinstance(p, MixedBundle):
+                held = [t for _ in p.pieces for t in next(tables_of)]
+                if held:
+                    yield k, _shuffled(held, p.seed)
+            else:
+                for table in next(tables_of):
+                    yield k, table
 
 
 @dataclass(frozen=True)
@@ -282,6 +326,15 @@ def _interleaved(pieces: list[MixedPiece], sources: int) -> list[MixedPiece]:
         where.append(((seen[p.source] + 0.5) / per[p.source], p.source))
         seen[p.source] += 1
     return [pieces[k] for k in sorted(range(len(pieces)), key=where.__getitem__)]
+
+
+def _shuffled(tables: list[pa.Table], seed: tuple[int, ...]) -> pa.Table:
+    """The tables' rows as one table, in an order `seed` draws."""
+    import pyarrow as pa
+
+    # One source's file may say a column holds no nulls where another's does not: the types are the same.
+    table = pa.concat_tables(tables, promote_options="default")
+    return table.take(np.random.default_rng(seed).permutation(table.num_rows))
 
 
 def _cut(pieces: list[MixedPiece], lengths: list[int]) -> list[list[MixedPiece]]:

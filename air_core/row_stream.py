@@ -250,7 +250,11 @@ class _Planner:
         """One stream's runs after resuming the run `state` (None: from the epoch's start)."""
         key = (id(state), grid)
         if key not in self._runs:
-            self._runs[key] = self._workers(self._rank_runs(grid, state), grid)
+            runs = self._workers(self._rank_runs(grid, state), grid)
+            if state is None:  # whole pieces; a resumed plan is what a fresh one left, read as it was then
+                runs = [Run(p) for p in self.reader.stream_pieces([r.piece for r in runs], self.planning,
+                                                                  epoch=self.epoch)]
+            self._runs[key] = runs
         return self._runs[key]
 
     def _rank_runs(self, grid: Grid, state: dict | None) -> list[Run]:

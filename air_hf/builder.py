@@ -9,7 +9,8 @@ source's reader says which options apply, cuts each split into the
 reader's pieces (files, or row groups and row ranges), deals them into
 shards, and reads them through the core's node cache and fetch pool, ahead
 of the consumer. This module adds what is HF's: features, shards in
-`gen_kwargs`, and a file's row (`decode=`, `labels=`).
+`gen_kwargs`, and a file's row (`decode=`, `labels=`). A mixture's shards
+are slots of whichever epoch `datasets` iterates (`air_hf.examples`).
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ import pyarrow as pa
 from air_core.doors import EQUALIZES, MODES, ON_ERRORS, Cache, MixedSource, MixedTable, OptionError, Planning, Source, TableReader, check_columns, default_fetch_threads, detect_rank, freeze_inherited, resolve_mixture, resolve_source, resolve_sources, volume, without_skips
 from air_core.doors import options as check
 
-from . import examples, media, rows
+from . import media, rows
+from .examples import SHIFT, Tables, epoch_of
 from .shards import check_drop, shard_count
 from .split_layout import by_split
 
@@ -93,10 +95,10 @@ class UCVolumeConfig(datasets.BuilderConfig):
             `mode` (default "auto"), and one weight, the same kind for every source:
             `proportion`, `repeat` or `choose`. Folders of loose files mix as files (see
             `air_core.FileStream`), tables of one schema as rows (see `air_core.RowStream`).
-            The split `train` holds the mixture's first epoch, each source's share exactly,
-            dealt into equal shards; `datasets` reorders those shards each epoch but reads the
-            same items (for a fresh choice every epoch, stream through
-            `air_core.torch.UCVolumeDataset` or `air_core.RowStream`). Not with `labels=` so far.
+            The split `train` holds the mixture's epochs: `ds.set_epoch(e)` (on the dataset
+            iterated, after `split_dataset_by_node` too, as `transformers.Trainer` calls it)
+            reads epoch e, each source's share exactly, dealt into equal shards (a non-streaming
+            load holds epoch 0). Not with `labels=` so far.
         epoch_size: a mixture of proportions: its items, files or rows (default: the sources' added up).
 
     `load_dataset(..., features=...)` reads a table's rows into those features
@@ -211,6 +213,7 @@ class UCVolume(datasets.ArrowBasedBuilder):
     BUILDER_CONFIG_CLASS = UCVolumeConfig
     config: UCVolumeConfig
     _embed_media = False
+    _dealt: tuple[int, list] | None = None
 
     def _create_builder_config(self, config_name=None, custom_features=None, **config_kwargs):
         # datasets resolves a config's data here; this builder resolves its listing, whose
@@ -227,13 +230,18 @@ class UCVolume(datasets.ArrowBasedBuilder):
     def _split_generators(self, dl_manager) -> list[datasets.SplitGenerator]:
         c, reader = self.config, self._source.reader
         world_size = c.world_size or detect_rank()[1]
+        if isinstance(self._source, (MixedSource, MixedTable)):
+            pieces = reader.epoch_pieces(0, seed=c.seed)  # every epoch holds as many items
+            n = shard_count(len(pieces), world_size=world_size, num_workers=c.num_workers)
+            if c.equalize == "drop":
+                check_drop(reader.count(pieces), reader.counts, n)
+            # A mixture's shards are slots: slot j reads part j of the epoch datasets iterates (air_hf.examples),
+            # so every epoch is read whole, whichever rank and worker each slot goes to.
+            return [datasets.SplitGenerator(name="train", gen_kwargs={"shards": list(range(n)), "parts": n, SHIFT: 0})]
+        listed = by_split(self._source.manifest.paths.tolist())
         generators = []
-        if isinstance(self._source, (MixedSource, MixedTable)):  # a mixture: its first epoch
-            splits = {"train": reader.epoch_pieces(0, seed=c.seed)}
-        else:
-            listed = by_split(self._source.manifest.paths.tolist())
-            splits = {split: reader.pieces(files) for split, files in listed.items()}
-        for split, pieces in splits.items():
+        for split, files in listed.items():
+            pieces = reader.pieces(files)
             n = shard_count(len(pieces), world_size=world_size, num_workers=c.num_workers)
             if c.equalize == "drop":
                 check_drop(reader.count(pieces), reader.counts, n)
@@ -243,7 +251,7 @@ class UCVolume(datasets.ArrowBasedBuilder):
         return generators
 
     def _get_examples_iterable_for_split(self, split_generator):
-        return examples.typed(super()._get_examples_iterable_for_split(split_generator), self.info.features)
+        return Tables.of(super()._get_examples_iterable_for_split(split_generator), self.info.features)
 
     def _prepare_split(self, split_generator, **kwargs):
         # A non-streaming load writes the rows into datasets' Arrow cache, which outlives the
@@ -252,16 +260,34 @@ class UCVolume(datasets.ArrowBasedBuilder):
         self._embed_media = True
         return super()._prepare_split(split_generator, **kwargs)
 
-    def _generate_tables(self, shards: list) -> Iterator[tuple[int, pa.Table]]:
+    def __getstate__(self) -> dict:
+        # The builder travels to DataLoader workers inside the dataset: not with an epoch's items.
+        return {k: v for k, v in super().__getstate__().items() if k != "_dealt"}
+
+    def _epoch_parts(self, epoch: int, parts: int) -> list[list]:
+        """A mixture's `epoch` dealt into `parts` shards (the last epoch's kept: a worker reads several)."""
+        if self._dealt is None or self._dealt[0] != epoch:
+            c, reader = self.config, self._source.reader
+            self._dealt = epoch, reader.deal(reader.epoch_pieces(epoch, seed=c.seed), parts, c.planning)
+        return self._dealt[1]
+
+    def _generate_tables(self, shards: list, parts: int | None = None,
+                         epoch_shift: int = 0) -> Iterator[tuple[int, pa.Table]]:
         freeze_inherited()
         c, reader = self.config, self._source.reader
+        epoch = 0
+        if parts is not None:  # a mixture: `shards` are slots of the epoch being iterated
+            epoch = epoch_of(epoch_shift)
+            dealt = self._epoch_parts(epoch, parts)
+            shards = [dealt[j] for j in shards]
         cache = Cache(c.node_cache_dir, limit_bytes=c.node_cache_limit, verify=c.verify)
         threads = c.fetch_threads or default_fetch_threads()
         pieces = [piece for shard in shards for piece in shard]
         if isinstance(reader, TableReader):
             names, kinds = list(self._features), reader.media()
-            tables = reader.read_tables(pieces, cache, columns=c.columns, fetch_threads=threads, seed=c.seed,
-                                        shuffle=c.shuffle, on_error=c.on_error)
+            pieces = reader.stream_pieces(pieces, c.planning, epoch=epoch)
+            tables = reader.read_tables(pieces, cache, columns=c.columns, fetch_threads=threads, epoch=epoch,
+                                        seed=c.seed, shuffle=c.shuffle, on_error=c.on_error)
             yield from enumerate(media.table(t.select(names), kinds) for t in tables)
             return
         features = self._features

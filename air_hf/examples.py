@@ -1,55 +1,86 @@
-"""The uc-volume builder's examples iterable: it reports its features, so `datasets` converts its rows by batch.
+"""The uc-volume builder's examples iterable: `datasets`' own, told the features and, for a mixture, the epoch.
 
-`datasets` streams an Arrow builder through an `ArrowExamplesIterable`,
-which reports no features; so when a dataset is iterated row by row,
-`datasets` adds a step that casts to the dataset's features, cutting every
-table into one-row tables and converting each on its own (~30 µs a row,
-more than reading and parsing it). This builder's tables already carry
-its features' types, so the same iterable reporting those features skips
-that step, and its rows come from `datasets`' own conversion of batches
-of 10 rows (a few µs a row): the same values, in the same order, with the
-same resume state. Features that need decoding (`Image`, `Audio`, ...)
-keep the step, which is where `datasets` decodes them.
+**Features.** `datasets` streams an Arrow builder through an
+`ArrowExamplesIterable`, which reports no features; so when a dataset is
+iterated row by row, `datasets` adds a step that casts to the dataset's
+features, cutting every table into one-row tables and converting each on
+its own (~30 µs a row, more than reading and parsing it). This builder's
+tables already carry its features' types, so the iterable reporting those
+features skips that step, and its rows come from `datasets`' own
+conversion of batches of 10 rows (a few µs a row): the same values, in the
+same order, with the same resume state. Features that need decoding
+(`Image`, `Audio`, ...) keep the step, which is where `datasets` decodes
+them.
 
-`datasets` makes a new iterable of its own class when it shuffles or
-shards the data sources (`set_epoch`, `split_dataset_by_node`, DataLoader
-workers); this one makes its own class again, keeping its features.
+**The epoch.** A mixture's epochs hold different items, so the builder's
+tables function must know which epoch it generates. `datasets` has no
+public way to say it: the epoch lives on the `IterableDataset` the user last
+derived (`split_dataset_by_node`, `map`, `shuffle` each make a new one, with
+an epoch of its own), and reaches the examples iterables under it only as a
+shift of their random seeds: every pass of an epoch e > 0 calls
+`shift_rngs(e)` on each iterable that has the method, and inside a
+DataLoader worker `shift_rngs(worker id)` too (datasets 5.2,
+`IterableDataset._prepare_ex_iterable_for_iteration` and `_iter_pytorch`).
+The iterable adds the shifts up into a gen_kwarg, `SHIFT`, which the tables
+function turns into the epoch with `epoch_of`.
+
+Both rely on what is private to `datasets`; this module is the one place
+that does, and `tests/test_hf.py` fails first, saying so, if a release
+changes it (`test_rows_are_converted_a_batch_at_a_time`,
+`test_datasets_tells_an_epoch_to_the_tables_function_through_its_seed_shifts`).
+`datasets` makes a new iterable of its own class when it shuffles or shards
+the data sources (`set_epoch`, `split_dataset_by_node`, DataLoader workers):
+this one makes its own class again, with its features and gen_kwargs.
 """
 
 from __future__ import annotations
+
+import sys
 
 import datasets
 from datasets.features.features import require_decoding
 from datasets.iterable_dataset import ArrowExamplesIterable
 
-
-def typed(plain: ArrowExamplesIterable, features: datasets.Features) -> ArrowExamplesIterable:
-    """`plain` reporting `features`, or `plain` itself when some feature needs decoding."""
-    if any(require_decoding(f) for f in features.values()):
-        return plain
-    return _Typed.of(plain, features)
+SHIFT = "epoch_shift"  # the gen_kwarg that carries the shifts (an int, not a list: never split into shards)
 
 
-class _Typed(ArrowExamplesIterable):
-    _features: datasets.Features
+class Tables(ArrowExamplesIterable):
+    """An `ArrowExamplesIterable` that reports `features` and adds up the seed shifts into its `SHIFT` gen_kwarg."""
+
+    _features: datasets.Features | None
 
     @classmethod
-    def of(cls, plain: ArrowExamplesIterable, features: datasets.Features) -> _Typed:
+    def of(cls, plain: ArrowExamplesIterable, features: datasets.Features | None) -> Tables:
+        """`plain` as this class; `features` not reported when one of them needs decoding."""
         # Copies `plain`'s fields rather than calling its constructor, whose arguments vary across datasets releases.
         it = cls.__new__(cls)
         it.__dict__.update(plain.__dict__)
-        it._features = features
+        it._features = None if features is None or any(require_decoding(f) for f in features.values()) else features
         return it
 
     @property
-    def features(self) -> datasets.Features:
+    def features(self) -> datasets.Features | None:
         return self._features
 
-    def shuffle_data_sources(self, generator):  # noqa: ANN001, ANN201 - datasets' signature
-        return _Typed.of(super().shuffle_data_sources(generator), self._features)
+    def shift_rngs(self, value: int) -> Tables:
+        if SHIFT not in self.kwargs:
+            return self
+        it = Tables.of(self, self._features)
+        it.kwargs = {**self.kwargs, SHIFT: self.kwargs[SHIFT] + value}
+        return it
 
-    def shard_data_sources(self, num_shards: int, index: int, contiguous: bool = True):  # noqa: ANN201
-        return _Typed.of(super().shard_data_sources(num_shards, index, contiguous=contiguous), self._features)
+    def shuffle_data_sources(self, generator) -> Tables:  # noqa: ANN001 - datasets' signature
+        return Tables.of(super().shuffle_data_sources(generator), self._features)
 
-    def reshard_data_sources(self):  # noqa: ANN201
-        return _Typed.of(super().reshard_data_sources(), self._features)
+    def shard_data_sources(self, num_shards: int, index: int, contiguous: bool = True) -> Tables:
+        return Tables.of(super().shard_data_sources(num_shards, index, contiguous=contiguous), self._features)
+
+    def reshard_data_sources(self) -> Tables:
+        return Tables.of(super().reshard_data_sources(), self._features)
+
+
+def epoch_of(shift: int) -> int:
+    """The epoch being generated, from the shifts `Tables` added up: less the DataLoader worker's id, in one."""
+    # Like datasets, only look for a worker when torch is loaded: importing it costs seconds.
+    worker = sys.modules["torch.utils.data"].get_worker_info() if "torch.utils.data" in sys.modules else None
+    return shift - worker.id if worker is not None else shift

@@ -468,6 +468,125 @@ def test_a_mixture_reads_each_sources_share_in_equal_shards(volume, hf_cache):
     assert all(len(r["bytes"]) == r["size"] for rows in by_rank for r in rows)
 
 
+def seen_epochs(shards, epoch_shift):
+    from air_hf.examples import epoch_of
+
+    yield 0, pa.table({"shard": shards, "epoch": [epoch_of(epoch_shift)] * len(shards)})
+
+
+@pytest.mark.parametrize("workers", [0, pytest.param(2, marks=pytest.mark.slow)])
+def test_datasets_tells_an_epoch_to_the_tables_function_through_its_seed_shifts(workers):
+    # The private protocol air_hf.examples relies on: if a release of datasets changes it, this fails first.
+    from datasets.iterable_dataset import ArrowExamplesIterable
+
+    from air_hf.examples import SHIFT, Tables
+
+    plain = ArrowExamplesIterable(seen_epochs, {"shards": [0, 1, 2, 3, 4, 5, 6, 7], SHIFT: 0})
+    ds = datasets.IterableDataset(Tables.of(plain, None))
+    mine = air_hf.split_for_rank(ds.shuffle(seed=1, buffer_size=2), rank=1, world_size=2)
+    loader = DataLoader(mine, batch_size=None, num_workers=workers, persistent_workers=workers > 0)
+    for epoch in (0, 1, 5):
+        mine.set_epoch(epoch)
+        rows = list(loader)
+        assert {r["epoch"] for r in rows} == {epoch}, "datasets no longer shifts seeds by the epoch as 5.2 does"
+        assert len(rows) == 4
+
+
+def mixture_epoch(sources, epoch, **opts):
+    """The epoch's files as the core's planner reads them, one stream alone."""
+    from air_core import FileStream
+
+    stream = FileStream(sources=sources, **opts)
+    stream.set_epoch(epoch)
+    return collections.Counter(f.path for f in stream)
+
+
+def test_a_mixture_reads_the_epoch_set_on_the_dataset_it_iterates(volume, hf_cache):
+    volume.files("chat", 40)
+    volume.files("safety", 6)
+    sources = [{"path": volume.path("chat"), "proportion": 0.75}, {"path": volume.path("safety"), "proportion": 0.25}]
+    ds = load_dataset("uc-volume", sources=sources, epoch_size=24, split="train", streaming=True, cache_dir=hf_cache,
+                      world_size=2, num_workers=2, shuffle=True, seed=5)
+    chat_seen = collections.Counter()
+    for epoch in range(3):
+        got = collections.Counter()
+        for rank in range(2):
+            mine = air_hf.split_for_rank(ds, rank=rank, world_size=2)
+            mine.set_epoch(epoch)  # on the dataset iterated, not the one loaded: as Trainer and users do
+            got.update(paths(mine))
+        assert got == mixture_epoch(sources, epoch, epoch_size=24, shuffle=True, seed=5)
+        assert sum(c for p, c in got.items() if "/chat/" in p) == 18
+        assert sum(c for p, c in got.items() if "/safety/" in p) == 6
+        chat_seen.update({p: c for p, c in got.items() if "/chat/" in p})
+    assert len(chat_seen) == 40  # 54 draws of 40 files: every one before any twice
+    assert sorted(chat_seen.values()) == [1] * 26 + [2] * 14
+
+
+def test_a_mixture_resumes_mid_epoch_past_the_first(volume, hf_cache):
+    volume.files("chat", 30)
+    volume.files("safety", 4)
+    sources = [{"path": volume.path("chat"), "choose": 12}, {"path": volume.path("safety"), "choose": 8}]
+    ds = load_dataset("uc-volume", sources=sources, split="train", streaming=True, cache_dir=hf_cache,
+                      world_size=1, num_workers=2)
+    ds.set_epoch(2)
+    it = iter(ds)
+    before = [next(it)["path"] for _ in range(7)]
+    state = ds.state_dict()
+    again = load_dataset("uc-volume", sources=sources, split="train", streaming=True, cache_dir=hf_cache,
+                         world_size=1, num_workers=2)
+    again.set_epoch(2)
+    again.load_state_dict(state)
+    assert collections.Counter(before + paths(again)) == mixture_epoch(sources, 2)
+
+
+def test_a_mixture_of_tables_reads_the_epoch_set_on_the_dataset_it_iterates(volume, hf_cache):
+    path = volume.local("chat/part-0.parquet")
+    path.parent.mkdir(parents=True)
+    pq.write_table(pa.table({"id": list(range(60)), "src": ["chat"] * 60}), path, row_group_size=8)
+    volume.write("code/a.jsonl", "".join(json.dumps({"id": 100 + i, "src": "code"}) + "\n" for i in range(9)))
+    sources = [{"path": volume.path("chat"), "choose": 40}, {"path": volume.path("code"), "choose": 18}]
+    ds = load_dataset("uc-volume", sources=sources, split="train", streaming=True, cache_dir=hf_cache,
+                      world_size=2, num_workers=2, shuffle=True)
+    from air_core import RowStream
+
+    for epoch in range(3):
+        got = collections.Counter()
+        for rank in range(2):
+            mine = air_hf.split_for_rank(ds, rank=rank, world_size=2)
+            mine.set_epoch(epoch)
+            got.update(r["id"] for r in mine)
+        alone = RowStream(sources=sources, shuffle=True)
+        alone.set_epoch(epoch)
+        assert got == collections.Counter(r["id"] for r in alone)
+        assert sum(c for i, c in got.items() if i < 100) == 40 and sum(c for i, c in got.items() if i >= 100) == 18
+    srcs = [r["src"] for r in air_hf.split_for_rank(ds, rank=1, world_size=2)]
+    assert sum(a != b for a, b in zip(srcs, srcs[1:])) > 4  # inside a shard, the sources' rows interleave
+    first, second = (collections.Counter(r["id"] for r in ds) for _ in range(2))
+    ds.set_epoch(1)
+    assert first == second != collections.Counter(r["id"] for r in ds)
+
+
+@pytest.mark.slow
+def test_a_mixture_reads_each_epoch_once_through_persistent_dataloader_workers(volume, hf_cache):
+    volume.files("chat", 40)
+    volume.files("safety", 5)
+    sources = [{"path": volume.path("chat"), "proportion": 0.7}, {"path": volume.path("safety"), "proportion": 0.3}]
+    ds = load_dataset("uc-volume", sources=sources, epoch_size=30, split="train", streaming=True, cache_dir=hf_cache,
+                      world_size=2, num_workers=2, shuffle=True)
+    ranks = [air_hf.split_for_rank(ds, rank=r, world_size=2) for r in range(2)]
+    # Persistent workers keep their copy of the dataset: the epoch reaches them through shared memory.
+    loaders = [DataLoader(d, batch_size=4, num_workers=2, collate_fn=collate_paths, persistent_workers=True)
+               for d in ranks]
+    for epoch in range(3):
+        got = collections.Counter()
+        for d, loader in zip(ranks, loaders):
+            d.set_epoch(epoch)
+            got.update(p for batch in loader for p in batch)
+        assert got == mixture_epoch(sources, epoch, epoch_size=30, shuffle=True)
+        assert sum(c for p, c in got.items() if "/chat/" in p) == 21
+        assert sum(c for p, c in got.items() if "/safety/" in p) == 9
+
+
 def test_a_prepared_mixture_is_prepared_again_when_a_later_source_changes(volume, hf_cache):
     volume.files("chat", 10)
     volume.files("safety", 3)

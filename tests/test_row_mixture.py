@@ -104,6 +104,45 @@ def test_a_ranks_rows_stay_on_it_from_epoch_to_epoch_where_its_share_does(tables
     assert first == second
 
 
+def source_runs(ids):
+    """The lengths of the runs of consecutive rows from one source."""
+    runs = []
+    for i, src in enumerate(map(source_of, ids)):
+        if i and src == source_of(ids[i - 1]):
+            runs[-1] += 1
+        else:
+            runs.append(1)
+    return runs
+
+
+def test_a_shuffled_stream_interleaves_the_sources_row_by_row(tables):
+    sources = specs(tables, "choose", [60, 40, 7])
+    in_order = RowStream(sources=sources, seed=2)
+    in_order.set_epoch(1)
+    plain = [row["id"] for row in in_order]
+    assert max(source_runs(plain)) >= 15  # a run of rows (a row group, a span) at a time
+    shuffled = RowStream(sources=sources, shuffle=True, seed=2)
+    shuffled.set_epoch(1)
+    ids = [row["id"] for row in shuffled]
+    assert Counter(ids) == Counter(plain)  # the epoch's rows, each as often
+    runs = source_runs(ids)
+    assert len(runs) > 30 and max(runs) < 15  # the sources alternate within runs of rows
+    again = RowStream(sources=sources, shuffle=True, seed=2)
+    again.set_epoch(1)
+    assert [row["id"] for row in again] == ids  # seeded: every process reads the same order
+
+
+def test_sources_that_differ_only_in_promising_no_nulls_mix(tables):
+    no_nulls = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("src", pa.string(), nullable=False)])
+    path = tables.local("strict/part-0.parquet")
+    path.parent.mkdir()
+    pq.write_table(pa.table({"id": list(range(3000, 3012)), "src": ["strict"] * 12}, schema=no_nulls), path,
+                   row_group_size=5)
+    sources = [{"path": tables.path("code"), "repeat": 1}, {"path": tables.path("strict"), "repeat": 1}]
+    ids = [row["id"] for row in RowStream(sources=sources, shuffle=True)]
+    assert sorted(ids) == list(range(1000, 1050)) + list(range(3000, 3012))
+
+
 def read_some(streams, rng, most):
     delivered, states = [], []
     for s in streams:

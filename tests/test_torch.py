@@ -15,7 +15,7 @@ import torch
 from conftest import ROOT, torchrun
 from torch.utils.data import IterableDataset
 
-from air_core import StateError, VolumePathError
+from air_core import OptionError, StateError, VolumePathError
 from air_core.torch import DataLoader, UCVolumeDataset, UCVolumeReader, UCVolumeWriter
 from air_core.torch import state as state_mod
 
@@ -443,3 +443,102 @@ def test_a_mixture_resumes_past_the_first_epoch_on_other_workers_exactly_once(vo
                          collate_fn=list)
     resumed.load_state_dict(state)
     assert Counter(before + [n for b in resumed for n in b]) == want
+
+
+def table_mixture(volume) -> list[dict]:
+    """chat: 2 Parquet files of 30 rows in row groups of 8; code: a JSON Lines file of 12 rows. Rows {id, src}."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    for f in range(2):
+        path = volume.local(f"chat/part-{f}.parquet")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        pq.write_table(pa.table({"id": list(range(30 * f, 30 * f + 30)), "src": ["chat"] * 30}), path,
+                       row_group_size=8)
+    volume.write("code/a.jsonl", "".join(json.dumps({"id": 100 + i, "src": "code"}) + "\n" for i in range(12)))
+    return [{"path": volume.path("chat"), "choose": 25}, {"path": volume.path("code"), "choose": 18}]
+
+
+def epoch_rows(sources, epoch, **opts) -> Counter:
+    """The ids of `epoch` as one RowStream reads them."""
+    from air_core import RowStream
+
+    stream = RowStream(sources=sources, **opts)
+    stream.set_epoch(epoch)
+    return Counter(row["id"] for row in stream)
+
+
+def test_rows_mode_reads_a_mixture_of_tables_each_sources_rows_every_epoch(volume):
+    sources = table_mixture(volume)
+    dataset = UCVolumeDataset(sources=sources, mode="rows", shuffle=True, seed=3)
+    loader = DataLoader(dataset, batch_size=5, num_workers=0, collate_fn=list)
+    chat = Counter()
+    for epoch in range(3):  # each pass the next epoch
+        rows = [row for batch in loader for row in batch]
+        got = Counter(row["id"] for row in rows)
+        assert got == epoch_rows(sources, epoch, shuffle=True, seed=3)
+        assert sum(c for i, c in got.items() if i < 100) == 25 and sum(c for i, c in got.items() if i >= 100) == 18
+        assert {row["src"] for row in rows} == {"chat", "code"}
+        chat.update({i: c for i, c in got.items() if i < 100})
+    assert len(chat) == 60 and sorted(chat.values()) == [1] * 45 + [2] * 15  # every row once before any twice
+    assert set(next(iter(UCVolumeDataset(sources=sources, mode="rows", columns=["id"])))) == {"id"}
+    assert len(pickle.dumps(dataset)) < 4000  # workers get the sources' listings from files, not inside
+    one = UCVolumeDataset(volume.path("code"), mode="rows")
+    assert sorted(row["id"] for row in one) == list(range(100, 112))
+
+
+def test_rows_mode_resumes_from_the_loaders_state_exactly_once(volume):
+    sources = table_mixture(volume)
+    dataset = UCVolumeDataset(sources=sources, mode="rows", shuffle=True)
+    dataset.set_epoch(1)
+    loader = DataLoader(dataset, batch_size=4, num_workers=0, collate_fn=list)
+    iterator = iter(loader)
+    before = [row["id"] for _ in range(5) for row in next(iterator)]
+    state = loader.state_dict()
+    del iterator
+    resumed = DataLoader(UCVolumeDataset(sources=sources, mode="rows", shuffle=True), batch_size=4, num_workers=0,
+                         collate_fn=list)
+    resumed.load_state_dict(state)
+    assert Counter(before + [row["id"] for b in resumed for row in b]) == epoch_rows(sources, 1, shuffle=True)
+    alone = UCVolumeDataset(sources=sources, mode="rows", shuffle=True)  # the dataset's own state, no loader
+    alone.set_epoch(2)
+    rows = iter(alone)
+    before = [next(rows)["id"] for _ in range(17)]
+    again = UCVolumeDataset(sources=sources, mode="rows", shuffle=True)
+    again.load_state_dict(json.loads(json.dumps(alone.state_dict())))
+    assert again.next_epoch() == 2
+    assert Counter(before + [row["id"] for row in again]) == epoch_rows(sources, 2, shuffle=True)
+
+
+@pytest.mark.slow
+@pytest.mark.filterwarnings("ignore:This DataLoader will create 3 worker processes")
+def test_rows_mode_resumes_a_mixture_past_the_first_epoch_on_other_workers_exactly_once(volume):
+    sources = table_mixture(volume)
+    dataset = UCVolumeDataset(sources=sources, mode="rows", shuffle=True, seed=4, equalize="pad")
+    loader = DataLoader(dataset, batch_size=3, num_workers=2, collate_fn=list)
+    assert Counter(row["id"] for b in loader for row in b) == epoch_rows(sources, 0, shuffle=True, seed=4,
+                                                                          equalize="pad")
+    iterator = iter(loader)  # epoch 1
+    before = [row["id"] for _ in range(4) for row in next(iterator)]
+    state = loader.state_dict()
+    del iterator
+    resumed = DataLoader(UCVolumeDataset(sources=sources, mode="rows", shuffle=True, seed=4, equalize="pad"),
+                         batch_size=3, num_workers=3, collate_fn=list)
+    resumed.load_state_dict(state)
+    after = [row["id"] for b in resumed for row in b]
+    assert Counter(before + after) == epoch_rows(sources, 1, shuffle=True, seed=4, equalize="pad")
+
+
+def test_rows_mode_refuses_what_only_files_mode_reads(volume):
+    sources = table_mixture(volume)
+    with pytest.raises(OptionError, match="balance='stride' is an option of files mode"):
+        UCVolumeDataset(sources=sources, mode="rows", balance="stride")
+    with pytest.raises(OptionError, match="columns= picks a table's columns: give mode='rows'"):
+        UCVolumeDataset(sources=sources, columns=["id"])
+    with pytest.raises(OptionError, match="mode='table': choose one of"):
+        UCVolumeDataset(sources=sources, mode="table")
+    with pytest.raises(OptionError, match="rows mode plans from its tables' units"):
+        UCVolumeDataset(sources=sources, mode="rows").manifest
+    volume.write("notes/a.txt", "one\ntwo\n")
+    with pytest.raises(OptionError, match=r"holds rows of \(id: int64, src: string\) but sources\[2\].*of \(text"):
+        UCVolumeDataset(sources=sources + [{"path": volume.path("notes"), "mode": "text", "choose": 3}], mode="rows")

@@ -222,6 +222,11 @@ class TableReader(Reader):
         records, and adds where it lay to `skipped`."""
         raise NotImplementedError
 
+    def stream_pieces(self, pieces: list, planning: Planning, *, epoch: int) -> list:
+        """One stream's planned pieces (a `RowStream`'s, a `uc-volume` shard's) as it reads them: as planned,
+        here (a mixture of tables, `air_core.mixed_table`, interleaves its sources' rows with `shuffle`)."""
+        return pieces
+
     def read_tables(self, pieces: Sequence, cache: Cache, **options: Any) -> Iterator[pa.Table]:
         """The tables of `read_pieces` (same options), without their pieces' positions."""
         for _, table in self.read_pieces(pieces, cache, **options):

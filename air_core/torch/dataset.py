@@ -1,13 +1,17 @@
-"""UCVolumeDataset: the files of a volume folder as local cached paths, one share per (rank x worker)."""
+"""UCVolumeDataset: the files of a volume folder as local cached paths, or a table's rows, one share per
+(rank x worker)."""
 
 from __future__ import annotations
 
 import io
-from typing import Any, Iterator, Mapping, Protocol, Sequence, runtime_checkable
+from typing import Any, Iterator, Literal, Mapping, Protocol, Sequence, runtime_checkable
 
 import torch.utils.data
 
-from ..doors import DEFAULT_PREFETCH, DEFAULT_PREFETCH_BYTES, Balance, Equalize, FileStream, Manifest, OnError
+from ..doors import (DEFAULT_PREFETCH, DEFAULT_PREFETCH_BYTES, Balance, Equalize, FileStream, Manifest, OnError,
+                     OptionError, RowStream, options)
+
+MODES = ("files", "rows")
 
 
 @runtime_checkable
@@ -64,6 +68,12 @@ class UCVolumeDataset(torch.utils.data.IterableDataset):
     item is a `PackedFile`, an in-memory file named for the file's volume
     path, which the decoding above opens unchanged.
 
+    `mode="rows"` yields a table's rows as dicts instead (Parquet, JSON Lines,
+    CSV, text; see `air_core.RowStream`), of one folder or of a mixture of
+    tables of one schema, `sources=` with each source's format as its dict's
+    `mode` (default "auto"): every epoch holds exactly each source's count of
+    rows. The DataLoader's resume then counts rows.
+
     A yielded path stays valid while it is in use: a full cache stops admitting
     files rather than evicting them (past it, files are read from the volume).
     Each pass over the dataset is the next epoch (it matters with `shuffle`);
@@ -75,13 +85,17 @@ class UCVolumeDataset(torch.utils.data.IterableDataset):
             `dbfs:/Volumes/...`; listed recursively (names starting with `.` or
             `_` are skipped).
         sources: instead of `path`, a mixture of several folders, each with its
-            weight: every epoch holds each one's share exactly (see `air_core.FileStream`).
-        epoch_size: a mixture of proportions: items per epoch (default: the sources' sizes added up).
+            weight: every epoch holds each one's share exactly (see `air_core.FileStream`,
+            and `air_core.RowStream` for rows).
+        epoch_size: a mixture of proportions: items (files, or rows) per epoch (default: the
+            sources' sizes added up).
+        mode: "files" (default): each file's local path; "rows": a table's rows, as dicts.
+        columns: rows mode: the columns to read (the others are not decoded, where the format allows).
         include: glob(s) of files to keep, relative to `path` (`*` crosses `/`).
         exclude: glob(s) of files to leave out.
         shuffle: reorder every share each epoch (seeded, the same on every rank).
         seed: the shuffle seed.
-        balance: "bytes" (default) or "stride" (the order `files[i::ranks*workers]`).
+        balance: files mode: "bytes" (default) or "stride" (the order `files[i::ranks*workers]`).
         equalize: "none", "pad" or "drop": give every rank the same number of
             files, so that DDP ranks finish an epoch together.
         cache_dir: the node cache folder (default `$AIR_CACHE_DIR`, else
@@ -91,10 +105,11 @@ class UCVolumeDataset(torch.utils.data.IterableDataset):
             its length (see `air_core.FileStream`).
         fetch_threads: files read concurrently by each worker (default: 32 when there are
             several workers, else 64; see `air_core.doors.default_fetch_threads`).
-        prefetch: most files fetched ahead of the consumer, per worker.
-        prefetch_bytes: most bytes fetched ahead of the consumer, per worker.
+        prefetch: files mode: most files fetched ahead of the consumer, per worker.
+        prefetch_bytes: files mode: most bytes fetched ahead of the consumer, per worker.
         on_error: "raise" (default) or "skip": leave out, with a warning, a file that stays
-            unreadable through every retry (see `air_core.FileStream`).
+            unreadable through every retry (see `air_core.FileStream`); in rows mode, a
+            malformed record.
     """
 
     def __init__(
@@ -103,6 +118,8 @@ class UCVolumeDataset(torch.utils.data.IterableDataset):
         *,
         sources: Sequence[Mapping[str, Any]] | None = None,
         epoch_size: int | None = None,
+        mode: Literal["files", "rows"] = "files",
+        columns: Sequence[str] | None = None,
         include: str | Sequence[str] | None = None,
         exclude: str | Sequence[str] | None = None,
         shuffle: bool = False,
@@ -118,12 +135,30 @@ class UCVolumeDataset(torch.utils.data.IterableDataset):
         on_error: OnError = "raise",
     ) -> None:
         super().__init__()
-        self._stream = FileStream(
-            path, sources=sources, epoch_size=epoch_size, include=include, exclude=exclude, shuffle=shuffle, seed=seed,
-            balance=balance, equalize=equalize, cache_dir=cache_dir, cache_limit=cache_limit, verify=verify,
-            fetch_threads=fetch_threads,
-            prefetch=prefetch, prefetch_bytes=prefetch_bytes, on_error=on_error,
-        )
+        options.choice("mode", mode, MODES)
+        self._stream: FileStream | RowStream
+        if mode == "rows":
+            files_only = [f"{name}={value!r}" for name, value, default in (
+                ("balance", balance, "bytes"), ("prefetch", prefetch, DEFAULT_PREFETCH),
+                ("prefetch_bytes", prefetch_bytes, DEFAULT_PREFETCH_BYTES)) if value != default]
+            if files_only:
+                raise OptionError(f"{files_only[0]} is an option of files mode: rows mode deals a table's rows "
+                                  "by bytes and fetches a stream's units ahead itself; leave it unset")
+            self._stream = RowStream(
+                path, sources=sources, epoch_size=epoch_size, include=include, exclude=exclude, columns=columns,
+                shuffle=shuffle, seed=seed, equalize=equalize, cache_dir=cache_dir, cache_limit=cache_limit,
+                verify=verify, fetch_threads=fetch_threads, on_error=on_error,
+            )
+        else:
+            if columns is not None:
+                raise OptionError("columns= picks a table's columns: give mode='rows' to read its rows, or leave "
+                                  "columns unset to read each file's path")
+            self._stream = FileStream(
+                path, sources=sources, epoch_size=epoch_size, include=include, exclude=exclude, shuffle=shuffle,
+                seed=seed, balance=balance, equalize=equalize, cache_dir=cache_dir, cache_limit=cache_limit,
+                verify=verify, fetch_threads=fetch_threads, prefetch=prefetch, prefetch_bytes=prefetch_bytes,
+                on_error=on_error,
+            )
         # Whether a pass has begun on this copy: the next pass is then the next epoch.
         self._ran = False
 
@@ -134,7 +169,10 @@ class UCVolumeDataset(torch.utils.data.IterableDataset):
 
     @property
     def manifest(self) -> Manifest:
-        """The listing every rank and worker plans from."""
+        """The listing every rank and worker plans from (files mode)."""
+        if isinstance(self._stream, RowStream):
+            raise OptionError("rows mode plans from its tables' units (row groups, spans), not a listing of files: "
+                              "read a folder's listing with air_core.resolve_source(path).manifest")
         return self._stream.manifest
 
     def set_epoch(self, epoch: int) -> None:
@@ -147,7 +185,7 @@ class UCVolumeDataset(torch.utils.data.IterableDataset):
         return self._stream.epoch + 1 if self._ran else self._stream.epoch
 
     def state_dict(self) -> dict[str, Any]:
-        """This stream's progress: its epoch, grid and files delivered (see `FileStream.state_dict`)."""
+        """This stream's progress: its epoch, grid and files (or rows) delivered (see `FileStream.state_dict`)."""
         return self._stream.state_dict()
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
@@ -155,10 +193,13 @@ class UCVolumeDataset(torch.utils.data.IterableDataset):
         self._stream.load_state_dict(state_dict)
         self._ran = False
 
-    def __iter__(self) -> Iterator[str | PackedFile]:
+    def __iter__(self) -> Iterator[str | PackedFile | dict[str, Any]]:
         if self._ran:
             self._stream.set_epoch(self._stream.epoch + 1)
         self._ran = True
+        if isinstance(self._stream, RowStream):
+            yield from self._stream
+            return
         for f in self._stream:
             # A packed file has no path of its own: its bytes are in `data`.
             yield f.local_path or PackedFile(f.data, f.path)  # type: ignore[arg-type]
