@@ -12,6 +12,8 @@ are written front to back, as a volume requires.
 from __future__ import annotations
 
 import os
+import threading
+import weakref
 from contextlib import contextmanager
 from typing import Iterator
 from urllib.parse import unquote, urlparse
@@ -29,6 +31,9 @@ from ..errors import TableError
 from .messages import first_line
 from .publication import Parts, Snapshot
 from .sizing import layout
+
+
+_RELEASE_S = 5.0  # the most to wait for pyarrow's threads to let go of the file visitor
 
 
 def snapshot(table: str, version: int | None, rows_per_file: int | None, rows_per_row_group: int | None,
@@ -141,11 +146,20 @@ def _write(dt, table: str, folder: str, token: str, parts: Parts, rows_per_file:
                     written += batch.num_rows
                     yield batch
 
+        def visit(file) -> None:  # noqa: ANN001 - pyarrow's WrittenFile
+            parts.finished(file.path)
+
+        # pyarrow's I/O threads let go of the visitor just after write_dataset returns, taking the GIL to do
+        # so; a process that exits before then aborts ("terminate called without an active exception").
+        released = threading.Event()
+        weakref.finalize(visit, released.set)
         pads.write_dataset(
             pa.RecordBatchReader.from_batches(reader.schema, counted()), folder, format="parquet",
             basename_template=f"part-{token}-{{i}}.parquet", max_rows_per_file=rows_per_file,
             min_rows_per_group=rows_per_row_group, max_rows_per_group=rows_per_row_group,
-            existing_data_behavior="error", file_visitor=lambda file: parts.finished(file.path))
+            existing_data_behavior="error", file_visitor=visit)
+        del visit
+        released.wait(_RELEASE_S)
     if not written:  # an empty table still exports its schema
         os.makedirs(folder, exist_ok=True)
         empty = os.path.join(folder, f"part-{token}-0.parquet")
