@@ -181,6 +181,25 @@ def _read(chunks: Iterable[Columns], cache: Cache, *, fetch_threads: int, prefet
           on_error: OnError) -> Iterator[CachedFile | Skipped]:
     """What `read_items` and `read_rows` yield: runs of hits straight from the cache; from the first miss on,
     every file through the window of reads ahead."""
+    # A warm epoch is runs of hits: those are yielded straight from one lookup per chunk, without the
+    # window of reads ahead, which costs more than the hit itself (a warm item ~2.5 us instead of ~4.3).
+    # Per hit, only the `stat` runs in a loop of Python's: the chunk comes as columns, its files are made
+    # by `map` and `zip`, and its rows (with their local paths) only at a miss.
+    it = iter(chunks)
+    for indices, vpaths, sizes, mtimes, rows in it:
+        found = cache.lookup_run(zip(vpaths, sizes, mtimes))
+        yield from map(_new_tuple, repeat(CachedFile), zip(vpaths, found, sizes, indices, repeat(True), repeat(None)))
+        if len(found) == len(vpaths):
+            continue
+        rest = chain(rows(len(found)), (row for later in it for row in later[4](0)))
+        yield from _read_ahead(rest, cache, fetch_threads=fetch_threads, prefetch=prefetch,
+                               prefetch_bytes=prefetch_bytes, on_error=on_error)
+        return
+
+
+def _read_ahead(rows: Iterable[Row], cache: Cache, *, fetch_threads: int, prefetch: int, prefetch_bytes: int,
+                on_error: OnError) -> Iterator[CachedFile | Skipped]:
+    """The files of `rows` through `ordered_map`'s window of reads ahead, its `quick` still taking hits inline."""
 
     mounted = transport.remote() is None  # over the Files API a volume file has no local path
 
@@ -206,24 +225,8 @@ def _read(chunks: Iterable[Columns], cache: Cache, *, fetch_threads: int, prefet
         entry = cache.lookup(vpath, size, mtime)
         return None if entry is None else CachedFile(vpath, entry, size, i)
 
-    def hits_then_reads() -> Iterator[CachedFile | Skipped]:
-        # A warm epoch is runs of hits: those are yielded straight from one lookup per chunk, without the
-        # window of reads ahead, which costs more than the hit itself (a warm item ~2.5 us instead of ~4.3).
-        # Per hit, only the `stat` runs in a loop of Python's: the chunk comes as columns, its files are made
-        # by `map` and `zip`, and its rows (with their local paths) only at a miss. From the first miss on,
-        # `ordered_map` reads ahead as usual, its `quick` still taking hits inline.
-        it = iter(chunks)
-        for indices, vpaths, sizes, mtimes, rows in it:
-            found = cache.lookup_run(zip(vpaths, sizes, mtimes))
-            yield from map(_new_tuple, repeat(CachedFile), zip(vpaths, found, sizes, indices, repeat(True), repeat(None)))
-            if len(found) == len(vpaths):
-                continue
-            rest = chain(rows(len(found)), (row for later in it for row in later[4](0)))
-            yield from ordered_map(fetch, ((row, row[3]) for row in rest), threads=fetch_threads,
-                                   max_ahead=prefetch, max_bytes=prefetch_bytes, quick=hit)
-            return
-
-    return hits_then_reads()
+    return ordered_map(fetch, ((row, row[3]) for row in rows), threads=fetch_threads, max_ahead=prefetch,
+                       max_bytes=prefetch_bytes, quick=hit)
 
 
 Row = tuple[int, str, str, int, int]  # (index, volume path, local path, size, mtime_ns)
