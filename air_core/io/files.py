@@ -137,7 +137,6 @@ def read_items(
     unreadable raises `FetchError`, or with `on_error="skip"` is yielded as a
     `Skipped` in its place (see `without_skips`).
     """
-    local_root = local_root or volume.parse(manifest.root).local
     root, prefix = manifest.root, manifest.root + "/"
 
     def columns() -> Iterator[Columns]:
@@ -147,7 +146,9 @@ def read_items(
 
             def rows(k: int, chunk: list[int] = chunk, paths: list[str] = paths, sizes: list[int] = sizes,
                      mtimes: list[int] = mtimes) -> list[Row]:
-                return [(i, f"{root}/{path}", f"{local_root}/{path}", size, mtime)
+                # Only a miss needs to know where the root lies here: a warm pass never maps it.
+                here = local_root or volume.parse(root).local
+                return [(i, f"{root}/{path}", f"{here}/{path}", size, mtime)
                         for i, path, size, mtime in zip(chunk[k:], paths[k:], sizes[k:], mtimes[k:])]
 
             yield chunk, list(map(prefix.__add__, paths)), sizes, mtimes, rows
