@@ -277,7 +277,7 @@ def test_a_plain_dataloader_worker_freezes_what_it_inherited(volume):
 
 @pytest.mark.parametrize("removed", [(), (2, 600), (1050,)], ids=["all-cached", "early-misses", "last-chunk-miss"])
 def test_a_warm_pass_yields_every_file_in_order_from_its_copy_up_to_and_past_misses(volume, removed):
-    # 1,200 files are 9 chunks (4, 8, ..., 512, 180): runs of hits cross chunks, and a miss in any of them
+    # 1,200 files are 6 chunks (32, 64, ..., 512, 208): runs of hits cross chunks, and a miss in any of them
     # hands the rest, later chunks too, to the reads ahead.
     volume.files("d", 1200, size=lambda i: 1 + i % 50)
     stream = FileStream(volume.path("d"), shuffle=True, seed=3)

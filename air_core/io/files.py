@@ -235,6 +235,7 @@ Row = tuple[int, str, str, int, int]  # (index, volume path, local path, size, m
 # (`rows(k)`), made only when a file there is not cached: a warm pass makes no row and no local path.
 Columns = tuple[Sequence[int], Sequence[str], Sequence[int], Sequence[int], Callable[[int], list[Row]]]
 ROWS_AT_ONCE = 512
+FIRST_ROWS = 32
 _new_tuple = tuple.__new__  # a named tuple's own constructor is a Python function: too slow for a warm item
 
 
@@ -243,10 +244,13 @@ def chunked(items: Iterable[int]) -> Iterator[list[int]]:
 
     One decode and one conversion per chunk rather than per file: a warm
     pass costs a `stat` and little else per file. The first chunks are
-    small, doubling, so that a pass's first file comes after a few lookups,
-    not a hundred (a DataLoader's first batch waits for it).
+    smaller, doubling from `FIRST_ROWS`, so that a pass's first file comes
+    after a batch's worth of lookups, not hundreds (a DataLoader's first
+    batch waits for it); not smaller still, because each chunk costs a few
+    tens of µs of its own in a DataLoader worker, whose pass of a few hundred
+    files would pay it many times over.
     """
-    it, n = iter(items), 4
+    it, n = iter(items), FIRST_ROWS
     while chunk := list(islice(it, n)):
         yield chunk
         n = min(2 * n, ROWS_AT_ONCE)
