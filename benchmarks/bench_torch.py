@@ -15,7 +15,9 @@ process, then one with the ratios.
 
 Last, where a warm item's time goes, in one process (no DataLoader): each
 step of our lookup alone and each layer above it, beside the reference's own
-pass, µs an item, the least of many passes (`--breakdown`: that alone).
+pass, µs an item, the least of many passes; then each loader's own CPU time
+per warm item through its DataLoader, nothing read, in its workers and in the
+main process (`--breakdown`: those two alone).
 
 Usage: python benchmarks/bench_torch.py [--repeat 3] [--warm 9] [--breakdown]
 """
@@ -176,6 +178,52 @@ print(json.dumps({"system": "warm item breakdown, us an item (least of 41 passes
 """
 
 
+LOADER_CPU = r"""
+import json, os, statistics, sys
+from torch.utils.data import IterableDataset
+import databricks.air.data as reference
+import air_core.torch as ours
+
+nested, flat, epochs = sys.argv[1], sys.argv[2], int(sys.argv[3])
+
+
+class Count(IterableDataset):  # takes each path and reads nothing: what is left is the loaders' own work
+    def __init__(self, paths):
+        self.paths = paths
+
+    def __iter__(self):
+        for _ in self.paths:
+            yield 1
+
+
+def cpu_ns(pid):  # time on a CPU, whatever the load: /proc/<pid>/schedstat's first field
+    with open(f"/proc/{pid}/schedstat") as f:
+        return int(f.read().split()[0])
+
+
+made = {"reference, 6 workers": reference.DataLoader(Count(reference.UCVolumeDataset(flat)), batch_size=32,
+                                                    collate_fn=sum, num_workers=6)}
+for kw in ({}, {"num_workers": 6}):
+    dl = ours.DataLoader(Count(ours.UCVolumeDataset(nested)), batch_size=32, collate_fn=sum, **kw)
+    made[f"air_core.torch, {dl.num_workers} workers"] = dl
+for dl in made.values():  # cold, then one warm epoch: every worker started and warm
+    sum(dl), sum(dl)
+spent = {name: ([], []) for name in made}
+for _ in range(epochs):
+    for name, dl in made.items():
+        pids = [w.pid for w in dl._iterator._workers]
+        workers, main = sum(map(cpu_ns, pids)), cpu_ns(os.getpid())
+        n = sum(dl)
+        spent[name][0].append((sum(map(cpu_ns, pids)) - workers) / n / 1e3)
+        spent[name][1].append((cpu_ns(os.getpid()) - main) / n / 1e3)
+out = {"system": f"loaders' own CPU per warm item, nothing read (us an item, median of {epochs} epochs in turns)"}
+for name, (workers, main) in spent.items():
+    out[f"{name}: in the workers"] = round(statistics.median(workers), 2)
+    out[f"{name}: in the main process"] = round(statistics.median(main), 2)
+print(json.dumps(out))
+"""
+
+
 def settle() -> None:
     """Let the disk finish writing (and discarding) what the last measurement's cache left, so each starts alike."""
     os.sync()
@@ -208,6 +256,7 @@ def main(repeat: int = 3, warm: int = 9) -> list[dict]:
             summary[f"{epoch}_{which}_workers"] = round(statistics.median(r[f"paired_{epoch}_ratio"] for r in ours), 2)
     emit(summary, results)
     emit(measure(BREAKDOWN, nested, flat), results)
+    emit(measure(LOADER_CPU, nested, flat, "15"), results)
     return results
 
 
@@ -215,9 +264,10 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeat", type=int, default=3, help="processes per worker count of ours")
     parser.add_argument("--warm", type=int, default=9, help="warm epochs of each loader per process, in turns")
-    parser.add_argument("--breakdown", action="store_true", help="where a warm item's time goes, then exit")
+    parser.add_argument("--breakdown", action="store_true", help="where a warm item's time goes (both measurements), then exit")
     args = parser.parse_args()
     if args.breakdown:
         print(json.dumps(measure(BREAKDOWN, *image_volume())))
+        print(json.dumps(measure(LOADER_CPU, *image_volume(), "15")))
     else:
         main(args.repeat, args.warm)
