@@ -531,14 +531,20 @@ TORCH_NOTES = [
     "  count), not through the window of reads ahead, which costs more than the hit itself; from the",
     "  first miss on, that window reads ahead as before. Per hit only the `stat` runs in a loop of",
     "  Python's: a chunk comes as columns (paths, sizes, mtimes), its files are made by `map`, and no row",
-    "  or local path is made unless a file misses. The first chunks are small (4, 8, ...), so a worker's",
-    "  first item comes after a few lookups. `utime` (1.0 µs) runs once a minute per entry, never in these",
-    "  epochs; `verify=True` adds ~45 µs a hit (a read and a hash of the copy).",
+    "  or local path is made unless a file misses. The first chunks are smaller (32, 64, ...), so a",
+    "  worker's first item comes after a batch's worth of lookups. `utime` (1.0 µs) runs once a minute per",
+    "  entry, never in these epochs; `verify=True` adds ~45 µs a hit (a read and a hash of the copy).",
     "- The reference does a path join, an `os.path.exists` and a dict lookup per item. In one process",
-    "  (the table below) our pass costs a few tenths of a µs an item less than its; through the",
-    "  DataLoader the position tag that resume needs adds under 0.1 µs an item (one state read a batch",
-    "  of 32, crossing as plain tuples). Each pass of a worker also plans its share (~70 µs) before its",
-    "  first lookup: with 6 workers, a few tenths of a µs on each of its 333 items.",
+    "  (the first table below) our pass costs a few tenths of a µs an item less than its; the position",
+    "  tag that resume needs adds under 0.1 µs an item (one state read a batch of 32, crossing as plain",
+    "  tuples).",
+    "- In a DataLoader worker, which wakes for each pass with cold caches, every step costs more than in",
+    "  that loop, and a pass's own steps most: its plan (~0.3 ms of CPU there, ~70 µs in the loop), then",
+    "  a decode and a lookup per chunk (tens of µs each). Spread over a worker's share they cost per item:",
+    "  with 6 workers each of the 333 files of a pass carries ~1 µs of plan alone, which the reference (a",
+    "  stride over a list) does not pay; the second table is each loader's CPU per warm item through its",
+    "  DataLoader with nothing read: it counts them all, and other processes' load moves it less than",
+    "  it moves wall time.",
     "- One process's warm epochs agree within a few ms (`warm_epochs_s` in the raw records), but",
     "  processes differ by up to 15%: where the copies' pages land in memory moves a warm epoch by more",
     "  than the gap between the loaders. So both loaders run in one process, their warm epochs taking",
@@ -547,13 +553,21 @@ TORCH_NOTES = [
 ]
 
 def torch_breakdown(data: dict) -> list[str]:
-    """The table of a warm item's steps and layers that bench_torch.py measures last."""
-    found = [r for r in data.get("torch", ({}, []))[1] if r.get("system", "").startswith("warm item breakdown")]
-    if not found:
-        return []
-    steps = {k: v for k, v in found[-1].items() if k not in ("system", "files", "load_avg_1m")}
-    return ["", f"Measured by `bench_torch.py` ({found[-1]['system']}, {found[-1]['files']:,} files):", "",
-            "| step or layer | µs an item |", "| --- | ---: |", *(f"| {k} | {v} |" for k, v in steps.items())]
+    """The tables of a warm item's steps and layers, and of each loader's own CPU per item, that bench_torch.py
+    measures last."""
+    records = data.get("torch", ({}, []))[1]
+    out = []
+    found = [r for r in records if r.get("system", "").startswith("warm item breakdown")]
+    if found:
+        steps = {k: v for k, v in found[-1].items() if k not in ("system", "files", "load_avg_1m")}
+        out += ["", f"Measured by `bench_torch.py` ({found[-1]['system']}, {found[-1]['files']:,} files):", "",
+                "| step or layer | µs an item |", "| --- | ---: |", *(f"| {k} | {v} |" for k, v in steps.items())]
+    cpu = [r for r in records if r.get("system", "").startswith("loaders' own CPU")]
+    if cpu:
+        parts = {k: v for k, v in cpu[-1].items() if k != "system"}
+        out += ["", f"And through each DataLoader ({cpu[-1]['system']}):", "",
+                "| loader: where | µs an item |", "| --- | ---: |", *(f"| {k} | {v} |" for k, v in parts.items())]
+    return out
 
 
 RAY_NOTES = [
