@@ -13,8 +13,6 @@ import os
 from itertools import chain, islice, repeat
 from typing import Callable, Iterable, Iterator, Literal, NamedTuple, Sequence
 
-import numpy as np
-
 from .. import dist, volume
 from ..errors import FetchError
 from ..manifest import Manifest
@@ -137,21 +135,20 @@ def read_items(
     unreadable raises `FetchError`, or with `on_error="skip"` is yielded as a
     `Skipped` in its place (see `without_skips`).
     """
-    root, prefix = manifest.root, manifest.root + "/"
+    root = manifest.root
 
     def columns() -> Iterator[Columns]:
         for chunk in chunked(items):
-            at = np.asarray(chunk, dtype=np.int64)
-            paths, sizes, mtimes = manifest.paths.take(at), manifest.sizes[at].tolist(), manifest.mtimes[at].tolist()
+            vpaths, sizes, mtimes = zip(*manifest.volume_rows(chunk))
 
-            def rows(k: int, chunk: list[int] = chunk, paths: list[str] = paths, sizes: list[int] = sizes,
-                     mtimes: list[int] = mtimes) -> list[Row]:
+            def rows(k: int, chunk: list[int] = chunk, vpaths: tuple[str, ...] = vpaths,
+                     sizes: tuple[int, ...] = sizes, mtimes: tuple[int, ...] = mtimes) -> list[Row]:
                 # Only a miss needs to know where the root lies here: a warm pass never maps it.
                 here = local_root or volume.parse(root).local
-                return [(i, f"{root}/{path}", f"{here}/{path}", size, mtime)
-                        for i, path, size, mtime in zip(chunk[k:], paths[k:], sizes[k:], mtimes[k:])]
+                return [(i, v, here + v[len(root):], size, mtime)
+                        for i, v, size, mtime in zip(chunk[k:], vpaths[k:], sizes[k:], mtimes[k:])]
 
-            yield chunk, list(map(prefix.__add__, paths)), sizes, mtimes, rows
+            yield chunk, vpaths, sizes, mtimes, rows
 
     return _read(columns(), cache, fetch_threads=fetch_threads, prefetch=prefetch, prefetch_bytes=prefetch_bytes,
                  on_error=on_error)
