@@ -25,7 +25,7 @@ from .errors import ManifestMismatchError
 from .planning.shares import largest_first
 
 _MAGIC = b"AIRLIST2"
-_REMEMBERED = 1 << 16  # items whose volume rows a listing keeps decoded (~150 bytes each)
+_REMEMBERED = 1 << 16  # items whose volume rows a listing keeps decoded (~240 bytes each)
 _ALIGN = 64
 _CHUNK = 1 << 20
 
