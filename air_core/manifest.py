@@ -25,6 +25,7 @@ from .errors import ManifestMismatchError
 from .planning.shares import largest_first
 
 _MAGIC = b"AIRLIST2"
+_REMEMBERED = 1 << 16  # items whose volume rows a listing keeps decoded (~240 bytes each)
 _ALIGN = 64
 _CHUNK = 1 << 20
 
@@ -120,6 +121,7 @@ class Manifest:
         self._blob, self._offsets = blob, offsets
         self.paths = Paths(blob, offsets)
         self.fingerprint = fingerprint or _digest(root, blob, offsets, sizes, mtimes)
+        self._decoded: dict[int, tuple[str, int, int]] = {}  # item -> its volume row (see `volume_rows`)
         if largest_first is not None:
             self.largest_first = largest_first
 
@@ -172,6 +174,28 @@ class Manifest:
         sizes = np.fromiter((r[1] for r in rows), np.int64, n)
         mtimes = np.fromiter((r[2] for r in rows), np.int64, n)
         return cls(root, blob, offsets, sizes, mtimes, fingerprint)
+
+    def volume_rows(self, items: Sequence[int]) -> list[tuple[str, int, int]]:
+        """(volume path, size, mtime_ns) of `items`, decoded together, and remembered for the latest 65,536.
+
+        Each epoch passes over the same items again: remembered, their rows
+        are not decoded again, and each path is the same string every time,
+        whose hash Python keeps, so lookups keyed by it cost less too (in a
+        DataLoader worker, which wakes for each pass with cold caches, the
+        decode alone cost ~1.3 µs a file).
+        """
+        memo = self._decoded
+        try:
+            return [memo[i] for i in items]
+        except KeyError:
+            pass
+        at = np.asarray(items, dtype=np.int64)
+        rows = list(zip(map(f"{self.root}/".__add__, self.paths.take(at)), self.sizes[at].tolist(),
+                        self.mtimes[at].tolist()))
+        if len(memo) + len(rows) > _REMEMBERED:  # bounded: a pass over 10^7 files decodes as it did
+            memo.clear()
+        memo.update(zip(at.tolist(), rows))
+        return rows
 
     def rows(self, items: Sequence[int]) -> list[tuple[str, int, int]]:
         """(relative path, size, mtime_ns) of `items`, for a `from_rows` of part of the listing."""

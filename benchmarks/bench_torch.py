@@ -1,20 +1,25 @@
 """air_core.torch beside the reference (databricks-sdk-air) on 2,000 JPEGs under the emulated volume.
 
 Both read every file's bytes through `UCVolumeDataset` + `DataLoader` (batch 32,
-`collate_fn=sum`), a cold epoch then `--warm` warm ones in one process, with an
-empty cache at the start. The reference runs as bench_core.py runs it (6 workers, its per-rank default, over a flat folder: it does not
-recurse), with more warm epochs: one warm epoch lasts ~60 ms, about as long as
-one hiccup of this VM, so each process reports the median of its warm epochs.
-Ours reads the nested class folders at its default worker count, and at 6
-workers. The three take turns, `--repeat` times, so that load from other
-processes falls on each alike; prints one JSON line per measurement, then one
-with the ratios of the medians.
+`collate_fn=sum`), with an empty cache at the start, in one process: first a
+cold epoch of each (the disk settled after each), then `--warm` warm epochs of
+each, taking turns (ABAB..., the other one first in the next process). The
+reference runs as bench_core.py runs it (6 workers, its per-rank default, over a
+flat folder: it does not recurse); ours reads the nested class folders at its
+default worker count in one process, at 6 workers in the next; `--repeat`
+times each. One warm epoch lasts ~60 ms, and processes differ by up to 15%
+(where the copies' pages land): so each warm ratio is of two epochs run side
+by side in one process, a process's ratio is the median of its pairs, and the
+summary's is the median over processes. Prints one JSON line per loader and
+process, then one with the ratios.
 
 Last, where a warm item's time goes, in one process (no DataLoader): each
 step of our lookup alone and each layer above it, beside the reference's own
-pass, µs an item, the least of many passes (`--breakdown`: that alone).
+pass, µs an item, the least of many passes; then each loader's own CPU time
+per warm item through its DataLoader, nothing read, in its workers and in the
+main process (`--breakdown`: those two alone).
 
-Usage: python benchmarks/bench_torch.py [--repeat 3] [--warm 5] [--breakdown]
+Usage: python benchmarks/bench_torch.py [--repeat 3] [--warm 9] [--breakdown]
 """
 
 from __future__ import annotations
@@ -27,15 +32,13 @@ import time
 
 from common import emit, image_volume, measure
 
-EPOCHS = r"""
-import json, statistics, sys, time
+PAIRED = r"""
+import json, os, statistics, sys, time
 from torch.utils.data import IterableDataset
+import databricks.air.data as reference
+import air_core.torch as ours
 
-system, path, workers, warm = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
-if system == "databricks-sdk-air":
-    from databricks.air.data import DataLoader, UCVolumeDataset
-else:
-    from air_core.torch import DataLoader, UCVolumeDataset
+nested, flat, workers, warm, first = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5]
 
 
 class ReadBytes(IterableDataset):
@@ -48,23 +51,50 @@ class ReadBytes(IterableDataset):
                 yield len(f.read())
 
 
-t = time.perf_counter()
-ds = UCVolumeDataset(path)
-listed = time.perf_counter() - t
-loader = DataLoader(ReadBytes(ds), batch_size=32, collate_fn=sum,
-                    **({} if workers == "default" else {"num_workers": int(workers)}))
-n = len(ds._files) if system == "databricks-sdk-air" else len(ds.manifest)
-seconds, nbytes = [], 0
-for _ in range(1 + warm):
+def settle():  # the cold epoch's copies written out, so that the next epoch runs on a quiet disk
+    os.sync()
+    time.sleep(3)
+
+
+def loader(system):
     t = time.perf_counter()
-    nbytes = sum(loader)
-    seconds.append(time.perf_counter() - t)
-out = {"system": system, "workers": loader.num_workers, "list_s": round(listed, 3), "files": n, "MB": nbytes / 1e6}
-for epoch, dt in (("cold", seconds[0]), ("warm", statistics.median(seconds[1:]))):
-    out[epoch + "_s"] = round(dt, 3)
-    out["files_per_s_" + epoch] = round(n / dt, 1)
-out["warm_epochs_s"] = [round(s, 3) for s in seconds[1:]]
-print(json.dumps(out))
+    if system == "databricks-sdk-air":
+        ds = reference.UCVolumeDataset(flat)
+        n, kw, DataLoader = len(ds._files), {"num_workers": 6}, reference.DataLoader
+    else:
+        ds = ours.UCVolumeDataset(nested)
+        n, kw, DataLoader = len(ds.manifest), {} if workers == "default" else {"num_workers": int(workers)}, ours.DataLoader
+    listed = time.perf_counter() - t
+    dl = DataLoader(ReadBytes(ds), batch_size=32, collate_fn=sum, **kw)
+    return dl, {"system": system, "workers": dl.num_workers, "list_s": round(listed, 3), "files": n}
+
+
+def epoch(dl, out):
+    t = time.perf_counter()
+    out["MB"] = sum(dl) / 1e6
+    return time.perf_counter() - t
+
+
+systems = ["databricks-sdk-air", "air_core.torch"][:: 1 if first == "reference" else -1]
+made = {name: loader(name) for name in systems}
+cold, seconds = {}, {name: [] for name in systems}
+for name in systems:
+    cold[name] = epoch(*made[name])
+    settle()
+for k in range(warm):
+    for name in systems[:: 1 if k % 2 == 0 else -1]:
+        seconds[name].append(epoch(*made[name]))
+pair = []
+for name in ("databricks-sdk-air", "air_core.torch"):
+    out, n = made[name][1], made[name][1]["files"]
+    for which, dt in (("cold", cold[name]), ("warm", statistics.median(seconds[name]))):
+        out[which + "_s"] = round(dt, 3)
+        out["files_per_s_" + which] = round(n / dt, 1)
+    out["warm_epochs_s"] = [round(s, 4) for s in seconds[name]]
+    pair.append(out)
+ratios = [r / o for r, o in zip(seconds["databricks-sdk-air"], seconds["air_core.torch"])]
+print(json.dumps({"pair": pair, "first": first, "cold_ratio": cold["databricks-sdk-air"] / cold["air_core.torch"],
+                  "warm_ratios": [round(x, 3) for x in ratios]}))
 """
 
 
@@ -72,6 +102,7 @@ BREAKDOWN = r"""
 import json, os, sys, time
 from databricks.air.data import UCVolumeDataset as Reference
 from air_core.io.cache import _entry_path
+from air_core import FileStream
 from air_core.io.files import chunked, read_items
 from air_core.torch import UCVolumeDataset
 
@@ -82,11 +113,16 @@ stream = ours._stream
 m, cache = stream.manifest, stream.cache
 items = list(range(len(m)))
 rows = [(f"{m.root}/{p}", s, t) for p, s, t in m.rows(items)]
+worker = FileStream(nested, worker=0, num_workers=6)  # a DataLoader worker's share, its pass set up each time
+worker_files = len(worker.items())
 
 
-def per_item(fn, passes=41):
-    best = min(_timed(fn) for _ in range(passes))
-    return round(best * 1e6 / len(items), 2)
+def per_item(steps, passes=41):  # each step's least of `passes` rounds, every round running every step once
+    best = dict.fromkeys(steps, float("inf"))
+    for _ in range(passes):
+        for name, fn in steps.items():
+            best[name] = min(best[name], _timed(fn))
+    return {name: round(t * 1e6 / (worker_files if "worker" in name else len(items)), 2) for name, t in best.items()}
 
 
 def _timed(fn):
@@ -119,19 +155,67 @@ def plain_batches():
 
 
 steps = {
-    "decode rows (up to 512 at a time)": lambda: [m.rows(c) for c in chunked(items)],
+    "decode rows (up to 512 at a time), as a first epoch does": lambda: [m.rows(c) for c in chunked(items)],
+    "volume rows, remembered from an earlier epoch": lambda: [m.volume_rows(c) for c in chunked(items)],
     "entry path (remembered)": lambda: [_entry_path(cache._objects, v, s, t, None) for v, s, t in rows],
     "stat of the copy": lambda: [os.stat(c) for c in copies],
     "Cache.lookup_run (path, stat, length check, count)": lambda: cache.lookup_run(rows),
     "read_items": lambda: drain(read_items(m, items, cache)),
     "FileStream pass": lambda: drain(stream),
     "UCVolumeDataset pass": lambda: drain(ours),
+    "FileStream pass of one worker of 6 (its plan and first lookups in it)": lambda: drain(worker),
     "reference UCVolumeDataset pass": lambda: drain(ref),
     "batch of 32 collated and pickled across, untagged": plain_batches,
     "the same with the resume position tagged on": tagged_batches,
 }
 print(json.dumps({"system": "warm item breakdown, us an item (least of 41 passes, one process)",
-                  "files": len(items), **{k: per_item(f) for k, f in steps.items()}}))
+                  "files": len(items), **per_item(steps)}))
+"""
+
+
+LOADER_CPU = r"""
+import json, os, statistics, sys
+from torch.utils.data import IterableDataset
+import databricks.air.data as reference
+import air_core.torch as ours
+
+nested, flat, epochs = sys.argv[1], sys.argv[2], int(sys.argv[3])
+
+
+class Count(IterableDataset):  # takes each path and reads nothing: what is left is the loaders' own work
+    def __init__(self, paths):
+        self.paths = paths
+
+    def __iter__(self):
+        for _ in self.paths:
+            yield 1
+
+
+def cpu_ns(pid):  # time on a CPU, whatever the load: /proc/<pid>/schedstat's first field
+    with open(f"/proc/{pid}/schedstat") as f:
+        return int(f.read().split()[0])
+
+
+made = {"reference, 6 workers": reference.DataLoader(Count(reference.UCVolumeDataset(flat)), batch_size=32,
+                                                    collate_fn=sum, num_workers=6)}
+for kw in ({}, {"num_workers": 6}):
+    dl = ours.DataLoader(Count(ours.UCVolumeDataset(nested)), batch_size=32, collate_fn=sum, **kw)
+    made[f"air_core.torch, {dl.num_workers} workers"] = dl
+for dl in made.values():  # cold, then one warm epoch: every worker started and warm
+    sum(dl), sum(dl)
+spent = {name: ([], []) for name in made}
+for _ in range(epochs):
+    for name, dl in made.items():
+        pids = [w.pid for w in dl._iterator._workers]
+        workers, main = sum(map(cpu_ns, pids)), cpu_ns(os.getpid())
+        n = sum(dl)
+        spent[name][0].append((sum(map(cpu_ns, pids)) - workers) / n / 1e3)
+        spent[name][1].append((cpu_ns(os.getpid()) - main) / n / 1e3)
+out = {"system": f"loaders' own CPU per warm item, nothing read (us an item, median of {epochs} epochs in turns)"}
+for name, (workers, main) in spent.items():
+    out[f"{name}: in the workers"] = round(statistics.median(workers), 2)
+    out[f"{name}: in the main process"] = round(statistics.median(main), 2)
+print(json.dumps(out))
 """
 
 
@@ -141,38 +225,44 @@ def settle() -> None:
     time.sleep(3)
 
 
-def main(repeat: int = 3, warm: int = 5) -> list[dict]:
+def main(repeat: int = 3, warm: int = 9) -> list[dict]:
     nested, flat = image_volume()
     results: list[dict] = []
-    runs: dict[str, list[dict]] = {"reference": [], "default": [], "6": []}
-    for _ in range(repeat):
-        for which, args in (("reference", ("databricks-sdk-air", flat, "6")),
-                            ("default", ("air_core.torch", nested, "default")), ("6", ("air_core.torch", nested, "6"))):
+    runs: dict[str, list[dict]] = {"default": [], "6": []}
+    for k in range(repeat):
+        for turn, which in enumerate(runs):
             settle()
-            emit(measure(EPOCHS, *args, str(warm)), runs[which])
-    results += [r for rs in runs.values() for r in rs]
-
-    def median(which: str, epoch: str) -> float:
-        return statistics.median(r[f"files_per_s_{epoch}"] for r in runs[which])
-
-    summary = {"system": "ratio air_core.torch / databricks-sdk-air (6 workers), medians", "repeat": repeat,
-               "workers_default": runs["default"][0]["workers"], "warm_epochs": warm}
+            run = measure(PAIRED, nested, flat, which, str(warm), ("reference", "ours")[(k + turn) % 2])
+            ref, ours = run["pair"]
+            ours["paired_warm_ratios"] = run["warm_ratios"]
+            ours["paired_warm_ratio"] = round(statistics.median(run["warm_ratios"]), 3)
+            ours["paired_cold_ratio"] = round(run["cold_ratio"], 3)
+            ours["went_first"] = run["first"] == "ours"
+            emit(ref, results)
+            emit(ours, results)
+            runs[which].append(ours)
+    refs = [r for r in results if r["system"] == "databricks-sdk-air"]
+    summary = {"system": "ratio air_core.torch / databricks-sdk-air (6 workers), median over runs of each run's "
+                         "ratio (warm: the median of its paired epochs)", "repeat": repeat,
+               "workers_default": runs["default"][0]["workers"], "warm_epochs": warm, "paired": True}
     for epoch in ("cold", "warm"):
-        summary[f"reference_files_per_s_{epoch}"] = median("reference", epoch)
-        for which in ("default", "6"):
-            summary[f"{epoch}_{which}_workers"] = round(median(which, epoch) / median("reference", epoch), 2)
+        summary[f"reference_files_per_s_{epoch}"] = statistics.median(r[f"files_per_s_{epoch}"] for r in refs)
+        for which, ours in runs.items():
+            summary[f"{epoch}_{which}_workers"] = round(statistics.median(r[f"paired_{epoch}_ratio"] for r in ours), 2)
     emit(summary, results)
     emit(measure(BREAKDOWN, nested, flat), results)
+    emit(measure(LOADER_CPU, nested, flat, "15"), results)
     return results
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
-    parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--warm", type=int, default=5, help="warm epochs per process (their median is reported)")
-    parser.add_argument("--breakdown", action="store_true", help="where a warm item's time goes, then exit")
+    parser.add_argument("--repeat", type=int, default=3, help="processes per worker count of ours")
+    parser.add_argument("--warm", type=int, default=9, help="warm epochs of each loader per process, in turns")
+    parser.add_argument("--breakdown", action="store_true", help="where a warm item's time goes (both measurements), then exit")
     args = parser.parse_args()
     if args.breakdown:
         print(json.dumps(measure(BREAKDOWN, *image_volume())))
+        print(json.dumps(measure(LOADER_CPU, *image_volume(), "15")))
     else:
         main(args.repeat, args.warm)

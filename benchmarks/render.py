@@ -58,10 +58,12 @@ def headline(data: dict) -> tuple[list[tuple], dict[str, tuple[float, float | No
              s["cold_default_workers"] >= 5),
             ("#6 torch", "same, 6 workers (the reference's count)", None, "", s["cold_6_workers"], "≥ 5×",
              s["cold_6_workers"] >= 5),
-            ("#6 torch", f"warm epochs, files/s ({nd} workers; each run's median of {s.get('warm_epochs', 1)})", w,
+            ("#6 torch", f"warm epochs, files/s ({nd} workers; ratio: median over runs of each run's "
+             f"{s['warm_epochs']} epochs in turns with the reference's)", w,
              f"reference {fmt(s['reference_files_per_s_warm'])}", s["warm_default_workers"], "≥ 1×",
              s["warm_default_workers"] >= 1),
-            ("#22 torch", "warm epochs, 6 workers (the reference's count), with every hit's length checked",
+            ("#22 torch", "warm epochs, 6 workers (the reference's count), with every hit's length checked; "
+             "ratio as above",
              statistics.median(r["files_per_s_warm"] for r in find(rec, system="air_core.torch", workers=6)),
              f"reference {fmt(s['reference_files_per_s_warm'])}", s["warm_6_workers"], "≥ 1×",
              s["warm_6_workers"] >= 1),
@@ -527,26 +529,47 @@ TORCH_NOTES = [
     "- A warm pass is runs of hits: they are yielded straight from one lookup per chunk of up to 512 files",
     "  (`Cache.lookup_run`: the entry's path, the `stat` that finds the copy and checks its length, one",
     "  count), not through the window of reads ahead, which costs more than the hit itself; from the",
-    "  first miss on, that window reads ahead as before. The first chunks are small (4, 8, ...), so a",
-    "  worker's first item comes after a few lookups. `utime` (1.0 µs) runs once a minute per entry, never",
-    "  in these epochs; `verify=True` adds ~45 µs a hit (a read and a hash of the copy).",
+    "  first miss on, that window reads ahead as before. Per hit only the `stat` runs in a loop of",
+    "  Python's: a chunk comes as columns (paths, sizes, mtimes), its files are made by `map`, and no row",
+    "  or local path is made unless a file misses; the listing remembers the rows it decoded (the latest",
+    "  65,536), so a later epoch decodes none, and each path is the same string every epoch, whose",
+    "  hash the cache's lookup reuses. The first chunks are smaller (32, 64, ...), so a",
+    "  worker's first item comes after a batch's worth of lookups. `utime` (1.0 µs) runs once a minute per",
+    "  entry, never in these epochs; `verify=True` adds ~45 µs a hit (a read and a hash of the copy).",
     "- The reference does a path join, an `os.path.exists` and a dict lookup per item. In one process",
-    "  (the table below) its pass and ours differ by a few tenths of a µs an item; through the DataLoader",
-    "  the position tag that resume needs adds 0.2 µs an item (one state a batch of 32, pickled across).",
+    "  (the first table below) our pass costs about half a µs an item less than its; the position",
+    "  tag that resume needs adds under 0.1 µs an item (one state read a batch of 32, crossing as plain",
+    "  tuples).",
+    "- In a DataLoader worker, which wakes for each pass with cold caches, every step costs more than in",
+    "  that loop, and a pass's own steps most: its plan (~0.3 ms of CPU there, ~70 µs in the loop), then",
+    "  a lookup per chunk (tens of µs each). Spread over a worker's share they cost per item:",
+    "  with 6 workers each of the 333 files of a pass carries ~1 µs of plan alone, which the reference (a",
+    "  stride over a list) does not pay; the second table is each loader's CPU per warm item through its",
+    "  DataLoader with nothing read: it counts them all, and other processes' load moves it less than",
+    "  it moves wall time.",
     "- One process's warm epochs agree within a few ms (`warm_epochs_s` in the raw records), but",
     "  processes differ by up to 15%: where the copies' pages land in memory moves a warm epoch by more",
-    "  than the gap between the loaders, so the ratio is of medians over several processes, each the",
-    "  median of its warm epochs.",
+    "  than the gap between the loaders. So both loaders run in one process, their warm epochs taking",
+    "  turns (the other first in the next process); a run's ratio is the median of its paired epochs'",
+    "  (`paired_warm_ratios`), and the ratio above is the median over runs.",
 ]
 
 def torch_breakdown(data: dict) -> list[str]:
-    """The table of a warm item's steps and layers that bench_torch.py measures last."""
-    found = [r for r in data.get("torch", ({}, []))[1] if r.get("system", "").startswith("warm item breakdown")]
-    if not found:
-        return []
-    steps = {k: v for k, v in found[-1].items() if k not in ("system", "files", "load_avg_1m")}
-    return ["", f"Measured by `bench_torch.py` ({found[-1]['system']}, {found[-1]['files']:,} files):", "",
-            "| step or layer | µs an item |", "| --- | ---: |", *(f"| {k} | {v} |" for k, v in steps.items())]
+    """The tables of a warm item's steps and layers, and of each loader's own CPU per item, that bench_torch.py
+    measures last."""
+    records = data.get("torch", ({}, []))[1]
+    out = []
+    found = [r for r in records if r.get("system", "").startswith("warm item breakdown")]
+    if found:
+        steps = {k: v for k, v in found[-1].items() if k not in ("system", "files", "load_avg_1m")}
+        out += ["", f"Measured by `bench_torch.py` ({found[-1]['system']}, {found[-1]['files']:,} files):", "",
+                "| step or layer | µs an item |", "| --- | ---: |", *(f"| {k} | {v} |" for k, v in steps.items())]
+    cpu = [r for r in records if r.get("system", "").startswith("loaders' own CPU")]
+    if cpu:
+        parts = {k: v for k, v in cpu[-1].items() if k != "system"}
+        out += ["", f"And through each DataLoader ({cpu[-1]['system']}):", "",
+                "| loader: where | µs an item |", "| --- | ---: |", *(f"| {k} | {v} |" for k, v in parts.items())]
+    return out
 
 
 RAY_NOTES = [

@@ -218,3 +218,21 @@ def test_paths_taken_together_are_the_paths_one_at_a_time(paths, data):
     lengths, names = m.paths.lengths(items)
     assert lengths.tolist() == [len(p.encode()) for p in one_by_one]
     assert names.tolist() == [len(p.rsplit("/", 1)[-1].encode()) for p in one_by_one]
+
+
+def test_volume_rows_are_remembered_boundedly_and_equal_a_fresh_decode(monkeypatch):
+    from air_core import manifest as manifest_mod
+
+    monkeypatch.setattr(manifest_mod, "_REMEMBERED", 100)
+    rows = [(f"class{i % 3}/f{i:04d}.jpg", 10 + i, 1_000 + i) for i in range(300)]
+    m = Manifest.from_rows("/Volumes/c/s/v/d", sorted(rows))
+    items = [5, 77, 3, 299, 0]
+    first = m.volume_rows(items)
+    assert first == [(f"/Volumes/c/s/v/d/{p}", s, t) for p, s, t in m.rows(items)]
+    again = m.volume_rows(items)
+    assert again == first and all(a[0] is b[0] for a, b in zip(again, first))  # the same strings: not decoded
+    assert m.volume_rows([3, 5, 6]) == [(f"/Volumes/c/s/v/d/{p}", s, t) for p, s, t in m.rows([3, 5, 6])]
+    for lo in range(0, 300, 40):  # a pass over more items than are remembered
+        chunk = list(range(lo, min(lo + 40, 300)))
+        assert m.volume_rows(chunk) == [(f"/Volumes/c/s/v/d/{p}", s, t) for p, s, t in m.rows(chunk)]
+        assert len(m._decoded) <= 100

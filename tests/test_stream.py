@@ -273,3 +273,21 @@ def test_a_plain_dataloader_worker_freezes_what_it_inherited(volume):
     frozen = gc.get_freeze_count()
     assert all(n > frozen + 1000 for n in loader)
     assert gc.get_freeze_count() == frozen  # the parent is left as it was
+
+
+@pytest.mark.parametrize("removed", [(), (2, 600), (1050,)], ids=["all-cached", "early-misses", "last-chunk-miss"])
+def test_a_warm_pass_yields_every_file_in_order_from_its_copy_up_to_and_past_misses(volume, removed):
+    # 1,200 files are 6 chunks (32, 64, ..., 512, 208): runs of hits cross chunks, and a miss in any of them
+    # hands the rest, later chunks too, to the reads ahead.
+    volume.files("d", 1200, size=lambda i: 1 + i % 50)
+    stream = FileStream(volume.path("d"), shuffle=True, seed=3)
+    first = list(stream)
+    for k in removed:
+        os.unlink(first[k].local_path)
+    again = FileStream(volume.path("d"), shuffle=True, seed=3)
+    got = list(again)
+    assert [(f.path, f.size, f.index, f.local_path, f.cached) for f in got] == \
+        [(f.path, f.size, f.index, f.local_path, True) for f in first]
+    assert all(f.read_bytes() == volume.local(f.path.removeprefix(volume.path() + "/")).read_bytes() for f in got)
+    assert (again.cache.stats.hits, again.cache.stats.misses) == (1200 - len(removed), len(removed))
+    assert again.state_dict()["consumed"] == 1200

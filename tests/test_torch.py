@@ -297,6 +297,18 @@ def test_epoch_boundaries_and_fresh_states(volume):
     assert state_mod.decode(again.state_dict())["epoch"] == 2
 
 
+def test_a_loader_without_workers_delivers_plain_batches_and_resumes_after_them(volume):
+    names = named_files(volume.local("d"), 10)
+    loader = names_loader(volume.path("d"), num_workers=0)
+    it = iter(loader)
+    taken = [next(it), next(it)]
+    assert all(isinstance(b, list) and len(b) == 3 and all(isinstance(n, str) for n in b) for b in taken)
+    saved = loader.state_dict()
+    again = names_loader(volume.path("d"), num_workers=0)
+    again.load_state_dict(saved)
+    assert exactly_once(*taken, [n for b in again for n in b]) == names
+
+
 def test_bad_states_fail_clearly(volume):
     named_files(volume.local("d"), 6)
     loader = names_loader(volume.path("d"), num_workers=0)

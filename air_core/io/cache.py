@@ -69,7 +69,7 @@ from array import array
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import TYPE_CHECKING, Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator
 
 import numpy as np
 import xxhash
@@ -225,7 +225,7 @@ class Cache:
             return entry
         return None
 
-    def lookup_run(self, keys: Sequence[tuple[str, int, int]]) -> list[str]:
+    def lookup_run(self, keys: Iterable[tuple[str, int, int]]) -> list[str]:
         """`lookup` of whole files `(volume_path, size, mtime_ns)` in order, up to the first that has no sound copy.
 
         One call and one count for a run of hits: a warm epoch asks this for
@@ -233,16 +233,17 @@ class Cache:
         that checks its length. The files from the first miss on are left to
         the caller, unlooked-at.
         """
-        objects, found = self._objects, []
-        fresh = time.time_ns() - _ATIME_REFRESH_NS  # a copy used since needs no atime refresh
+        objects, found, stat = self._objects, [], os.stat
+        # A copy used since `fresh` needs no atime refresh; under `verify` every copy gets the whole check.
+        fresh = time.time_ns() - _ATIME_REFRESH_NS if not self.verify else 1 << 62
         for v, size, t in keys:
             entry = _entry_path(objects, v, size, t, None)
             try:
-                st = os.stat(entry)
+                st = stat(entry)
             except FileNotFoundError:
                 break
             # The sound, recently used copy of a warm epoch passes here; any other gets the whole check.
-            if (st.st_size != size or self.verify or st.st_atime_ns < fresh) and self._fault(entry, size) is not None:
+            if (st.st_size != size or st.st_atime_ns < fresh) and self._fault(entry, size) is not None:
                 break
             found.append(entry)
         with self._lock:

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import logging
 import os
-from itertools import chain, islice
-from typing import Iterable, Iterator, Literal, NamedTuple
+from itertools import chain, islice, repeat
+from typing import Callable, Iterable, Iterator, Literal, NamedTuple, Sequence
 
 from .. import dist, volume
 from ..errors import FetchError
@@ -135,16 +135,23 @@ def read_items(
     unreadable raises `FetchError`, or with `on_error="skip"` is yielded as a
     `Skipped` in its place (see `without_skips`).
     """
-    local_root = local_root or volume.parse(manifest.root).local
     root = manifest.root
 
-    def rows() -> Iterator[list[Row]]:
+    def columns() -> Iterator[Columns]:
         for chunk in chunked(items):
-            yield [(i, f"{root}/{path}", f"{local_root}/{path}", size, mtime)
-                   for i, (path, size, mtime) in zip(chunk, manifest.rows(chunk))]
+            vpaths, sizes, mtimes = zip(*manifest.volume_rows(chunk))
 
-    return read_rows(rows(), cache, fetch_threads=fetch_threads, prefetch=prefetch, prefetch_bytes=prefetch_bytes,
-                     on_error=on_error)
+            def rows(k: int, chunk: list[int] = chunk, vpaths: tuple[str, ...] = vpaths,
+                     sizes: tuple[int, ...] = sizes, mtimes: tuple[int, ...] = mtimes) -> list[Row]:
+                # Only a miss needs to know where the root lies here: a warm pass never maps it.
+                here = local_root or volume.parse(root).local
+                return [(i, v, here + v[len(root):], size, mtime)
+                        for i, v, size, mtime in zip(chunk[k:], vpaths[k:], sizes[k:], mtimes[k:])]
+
+            yield chunk, vpaths, sizes, mtimes, rows
+
+    return _read(columns(), cache, fetch_threads=fetch_threads, prefetch=prefetch, prefetch_bytes=prefetch_bytes,
+                 on_error=on_error)
 
 
 def read_rows(
@@ -158,6 +165,39 @@ def read_rows(
 ) -> Iterator[CachedFile | Skipped]:
     """`read_items` of files given as chunks of rows (see `chunked`), which may come from several listings
     (a mixture's)."""
+
+    def columns() -> Iterator[Columns]:
+        for chunk in chunks:
+            indices, vpaths, _, sizes, mtimes = zip(*chunk)
+            yield indices, vpaths, sizes, mtimes, lambda k, chunk=chunk: chunk[k:]
+
+    return _read(columns(), cache, fetch_threads=fetch_threads, prefetch=prefetch, prefetch_bytes=prefetch_bytes,
+                 on_error=on_error)
+
+
+def _read(chunks: Iterable[Columns], cache: Cache, *, fetch_threads: int, prefetch: int, prefetch_bytes: int,
+          on_error: OnError) -> Iterator[CachedFile | Skipped]:
+    """What `read_items` and `read_rows` yield: runs of hits straight from the cache; from the first miss on,
+    every file through the window of reads ahead."""
+    # A warm epoch is runs of hits: those are yielded straight from one lookup per chunk, without the
+    # window of reads ahead, which costs more than the hit itself (a warm item ~2.5 us instead of ~4.3).
+    # Per hit, only the `stat` runs in a loop of Python's: the chunk comes as columns, its files are made
+    # by `map` and `zip`, and its rows (with their local paths) only at a miss.
+    it = iter(chunks)
+    for indices, vpaths, sizes, mtimes, rows in it:
+        found = cache.lookup_run(zip(vpaths, sizes, mtimes))
+        yield from map(_new_tuple, repeat(CachedFile), zip(vpaths, found, sizes, indices, repeat(True), repeat(None)))
+        if len(found) == len(vpaths):
+            continue
+        rest = chain(rows(len(found)), (row for later in it for row in later[4](0)))
+        yield from _read_ahead(rest, cache, fetch_threads=fetch_threads, prefetch=prefetch,
+                               prefetch_bytes=prefetch_bytes, on_error=on_error)
+        return
+
+
+def _read_ahead(rows: Iterable[Row], cache: Cache, *, fetch_threads: int, prefetch: int, prefetch_bytes: int,
+                on_error: OnError) -> Iterator[CachedFile | Skipped]:
+    """The files of `rows` through `ordered_map`'s window of reads ahead, its `quick` still taking hits inline."""
 
     mounted = transport.remote() is None  # over the Files API a volume file has no local path
 
@@ -183,27 +223,16 @@ def read_rows(
         entry = cache.lookup(vpath, size, mtime)
         return None if entry is None else CachedFile(vpath, entry, size, i)
 
-    def hits_then_reads() -> Iterator[CachedFile | Skipped]:
-        # A warm epoch is runs of hits: those are yielded straight from one lookup per chunk, without the
-        # window of reads ahead, which costs more than the hit itself (a warm item ~2.5 us instead of ~4.3).
-        # From the first miss on, `ordered_map` reads ahead as usual, its `quick` still taking hits inline.
-        it = iter(chunks)
-        for chunk in it:
-            found = cache.lookup_run([(vpath, size, mtime) for _, vpath, _, size, mtime in chunk])
-            for entry, (i, vpath, _, size, _) in zip(found, chunk):
-                yield _new_tuple(CachedFile, (vpath, entry, size, i, True, None))
-            if len(found) == len(chunk):
-                continue
-            rest = chain(chunk[len(found):], (row for later in it for row in later))
-            yield from ordered_map(fetch, ((row, row[3]) for row in rest), threads=fetch_threads,
-                                   max_ahead=prefetch, max_bytes=prefetch_bytes, quick=hit)
-            return
-
-    return hits_then_reads()
+    return ordered_map(fetch, ((row, row[3]) for row in rows), threads=fetch_threads, max_ahead=prefetch,
+                       max_bytes=prefetch_bytes, quick=hit)
 
 
 Row = tuple[int, str, str, int, int]  # (index, volume path, local path, size, mtime_ns)
+# A chunk as `_read` takes it: its indices, volume paths, sizes and mtimes, and its rows from a place on
+# (`rows(k)`), made only when a file there is not cached: a warm pass makes no row and no local path.
+Columns = tuple[Sequence[int], Sequence[str], Sequence[int], Sequence[int], Callable[[int], list[Row]]]
 ROWS_AT_ONCE = 512
+FIRST_ROWS = 32
 _new_tuple = tuple.__new__  # a named tuple's own constructor is a Python function: too slow for a warm item
 
 
@@ -212,10 +241,13 @@ def chunked(items: Iterable[int]) -> Iterator[list[int]]:
 
     One decode and one conversion per chunk rather than per file: a warm
     pass costs a `stat` and little else per file. The first chunks are
-    small, doubling, so that a pass's first file comes after a few lookups,
-    not a hundred (a DataLoader's first batch waits for it).
+    smaller, doubling from `FIRST_ROWS`, so that a pass's first file comes
+    after a batch's worth of lookups, not hundreds (a DataLoader's first
+    batch waits for it); not smaller still, because each chunk costs a few
+    tens of µs of its own in a DataLoader worker, whose pass of a few hundred
+    files would pay it many times over.
     """
-    it, n = iter(items), 4
+    it, n = iter(items), FIRST_ROWS
     while chunk := list(islice(it, n)):
         yield chunk
         n = min(2 * n, ROWS_AT_ONCE)
