@@ -121,7 +121,8 @@ class Manifest:
         self._blob, self._offsets = blob, offsets
         self.paths = Paths(blob, offsets)
         self.fingerprint = fingerprint or _digest(root, blob, offsets, sizes, mtimes)
-        self._decoded: dict[int, tuple[str, int, int]] = {}  # item -> its volume row (see `volume_rows`)
+        # item -> its volume row (see `volume_rows`); None once more were asked for than it keeps
+        self._decoded: dict[int, tuple[str, int, int]] | None = {}
         if largest_first is not None:
             self.largest_first = largest_first
 
@@ -176,25 +177,30 @@ class Manifest:
         return cls(root, blob, offsets, sizes, mtimes, fingerprint)
 
     def volume_rows(self, items: Sequence[int]) -> list[tuple[str, int, int]]:
-        """(volume path, size, mtime_ns) of `items`, decoded together, and remembered for the latest 65,536.
+        """(volume path, size, mtime_ns) of `items`, decoded together, and remembered for up to 65,536.
 
         Each epoch passes over the same items again: remembered, their rows
         are not decoded again, and each path is the same string every time,
         whose hash Python keeps, so lookups keyed by it cost less too (in a
         DataLoader worker, which wakes for each pass with cold caches, the
-        decode alone cost ~1.3 µs a file).
+        decode alone cost ~1.3 µs a file). A process that asks for more
+        items than that (a share of 10^7 files) remembers none: its passes
+        decode as they go, and hold no rows.
         """
         memo = self._decoded
-        try:
-            return [memo[i] for i in items]
-        except KeyError:
-            pass
+        if memo is not None:
+            try:
+                return [memo[i] for i in items]
+            except KeyError:
+                pass
         at = np.asarray(items, dtype=np.int64)
         rows = list(zip(map(f"{self.root}/".__add__, self.paths.take(at)), self.sizes[at].tolist(),
                         self.mtimes[at].tolist()))
-        if len(memo) + len(rows) > _REMEMBERED:  # bounded: a pass over 10^7 files decodes as it did
-            memo.clear()
-        memo.update(zip(at.tolist(), rows))
+        if memo is not None:
+            if len(memo) + len(rows) > _REMEMBERED:  # passes too long to come back remembered: keep none
+                self._decoded = None
+            else:
+                memo.update(zip(at.tolist(), rows))
         return rows
 
     def rows(self, items: Sequence[int]) -> list[tuple[str, int, int]]:

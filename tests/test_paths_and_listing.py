@@ -232,7 +232,9 @@ def test_volume_rows_are_remembered_boundedly_and_equal_a_fresh_decode(monkeypat
     again = m.volume_rows(items)
     assert again == first and all(a[0] is b[0] for a, b in zip(again, first))  # the same strings: not decoded
     assert m.volume_rows([3, 5, 6]) == [(f"/Volumes/c/s/v/d/{p}", s, t) for p, s, t in m.rows([3, 5, 6])]
-    for lo in range(0, 300, 40):  # a pass over more items than are remembered
+    for lo in range(0, 300, 40):  # a pass over more items than are remembered: none kept from then on
         chunk = list(range(lo, min(lo + 40, 300)))
         assert m.volume_rows(chunk) == [(f"/Volumes/c/s/v/d/{p}", s, t) for p, s, t in m.rows(chunk)]
-        assert len(m._decoded) <= 100
+        assert m._decoded is None or len(m._decoded) <= 100
+    assert m._decoded is None
+    assert m.volume_rows(items) == first
