@@ -77,6 +77,34 @@ def test_a_source_gives_every_item_once_before_any_twice_across_epochs(n, k, see
         assert sorted(seen.tolist()) == [done] * (n - partial) + [done + 1] * partial
 
 
+@given(st.integers(2, 60), st.data(), st.integers(0, 3), st.integers(0, 4))
+@settings(max_examples=300, deadline=None)
+def test_no_epoch_holds_an_item_twice_where_its_walk_wraps_into_the_next_pass(n, data, seed, source):
+    # Both kinds of wrap: r <= n/2 (a pass's head defers the tail's items) and r > n/2, where a pass is only a
+    # head and a tail and runs of such passes nest their heads.
+    k = data.draw(st.integers(1, n))
+    wrapped = [e for e in range(60) if e * k % n + k > n]
+    for e in data.draw(st.lists(st.sampled_from(wrapped), max_size=6)) if wrapped else []:
+        got = mx.picks(n, k, seed=seed, epoch=e, source=source)
+        assert len(np.unique(got)) == k, f"epoch {e} of {k} of {n} items holds an item twice"
+
+
+@given(mixtures(), st.integers(0, 40))
+@settings(max_examples=150, deadline=None)
+def test_a_source_holding_no_more_than_its_items_gives_an_epoch_none_twice(mix, epoch):
+    sizes, kind, weights, epoch_size, seed = mix
+    ep, counts = epoch_of(sizes, kind, weights, epoch_size, seed, epoch)
+    for i, (s, k) in enumerate(zip(sizes, counts)):
+        if k <= len(s):
+            mine = ep.items[ep.source_of(ep.items) == i]
+            assert len(np.unique(mine)) == k, f"source {i}: {k} of {len(s)} items, one twice in epoch {epoch}"
+
+
+def test_forty_items_at_eighteen_an_epoch_never_repeat_one_in_an_epoch():
+    for e in range(40):
+        assert len(set(mx.picks(40, 18, seed=5, epoch=e, source=0).tolist())) == 18
+
+
 def test_a_small_source_repeats_whole_plus_a_sample():
     got = Counter(mx.picks(3, 7, seed=0, epoch=4, source=0).tolist())
     assert sorted(got.values()) == [2, 2, 3]

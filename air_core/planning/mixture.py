@@ -9,13 +9,14 @@ a `repeat` (its items, times this, per epoch; fractions allowed) or a
 add up to the epoch's size.
 
 Which items: a source of *n* items holding *k = q·n + r* (r < n) holds all
-of its items q times, and r items walked from an endless sequence of seeded
-permutations of its items (cycle 0, cycle 1, ...): epoch e takes positions
+of its items q times, and r items walked from an endless sequence of passes,
+each a permutation of its items (pass 0, pass 1, ...): epoch e takes positions
 [e·r, (e+1)·r) of it. So every item is taken once before any is taken again,
 across epochs, and any epoch's items are computed from (seed, epoch) in closed
-form, without replaying the epochs before it: a resume is counts. (An epoch
-whose r items straddle two cycles may hold an item from the end of one and
-again from the start of the next.)
+form, without replaying the epochs before it: a resume is counts (`_Walk`).
+An epoch whose r items straddle two passes holds no item twice: the next
+pass's first items are the first of its seeded permutation that the epoch has
+not taken, the ones it has are deferred to after the epoch's cut.
 
 Items are numbered over the sources laid end to end (source *i*'s item j is
 `offsets[i] + j`): the mixture's listing. The epoch's items (`Epoch.items`,
@@ -123,15 +124,10 @@ def picks(n: int, k: int, *, seed: int, epoch: int, source: int) -> np.ndarray:
     """The items (0..n-1, with repeats, ascending) that a source of `n` items holding `k` per epoch gives `epoch`.
 
     Every item ⌊k/n⌋ times, and the next k mod n positions of the source's walk
-    over its cycles of seeded permutations (see the module's docstring).
+    over its passes (see the module's docstring): no item twice among them.
     """
     whole, r = divmod(k, n)
-    start = epoch * r
-    cycle, at = divmod(start, n)
-    rest = [_cycle_part(n, seed, source, cycle, at, min(at + r, n))]
-    if at + r > n:
-        rest.append(_cycle_part(n, seed, source, cycle + 1, 0, at + r - n))
-    drawn = np.concatenate(rest)
+    drawn = _Walk(n, r, seed, source).epoch(epoch) if r else np.zeros(0, np.int64)
     if not whole:
         drawn.sort()
         return drawn
@@ -139,6 +135,79 @@ def picks(n: int, k: int, *, seed: int, epoch: int, source: int) -> np.ndarray:
         return np.repeat(np.arange(n, dtype=np.int64), whole)
     # Each item's count, in one pass: no sort of the whole source's repeats.
     return np.repeat(np.arange(n, dtype=np.int64), np.bincount(drawn, minlength=n) + whole)
+
+
+class _Walk:
+    """A source's walk over its passes, r (0 < r < n) positions an epoch, each pass a permutation of its n items.
+
+    Pass c's first `cut(c)` positions belong to the epoch begun in pass c-1
+    (its head), the rest of that epoch is pass c-1's tail. The head holds the
+    first cut(c) items of pass c's seeded permutation (`_cycle_keys`) not in
+    that tail; the tail's items it passes over follow it, then the rest in the
+    permutation's order. Those it passes over are at most the tail's r - cut(c),
+    so from position r on a pass is its permutation: a tail that starts there
+    (every pass whose epoch begun at cut(c) ends inside it) is read off its
+    permutation, and no head depends on more than the pass before.
+
+    A pass whose two epochs both straddle (cut(c) + r > n, a *chained* pass:
+    only where r > n/2) is its head and its tail, the tail being what the head
+    leaves. Chained passes come in runs, each head cut(c) - cut(c+1) = n - r
+    shorter than the one before and inside it (else the epoch between them
+    repeats an item): every head of a run is the first items of the run's
+    first head's order, so each is computed from the pass before the run.
+    """
+
+    def __init__(self, n: int, r: int, seed: int, source: int) -> None:
+        self.n, self.r, self.seed, self.source = n, r, seed, source
+        self._keys: dict[int, np.ndarray] = {}  # an epoch's parts share passes: each permutation drawn once
+        self._heads: dict[int, np.ndarray] = {}
+
+    def epoch(self, epoch: int) -> np.ndarray:
+        """The items (distinct, in no particular order) of positions [epoch·r, (epoch+1)·r)."""
+        c, at = divmod(epoch * self.r, self.n)
+        if at + self.r <= self.n:
+            return self._inside(c, at, at + self.r)
+        return np.concatenate([self._tail(c), self._head(c + 1)])
+
+    def _cut(self, c: int) -> int:
+        """How many of pass c's first positions the epoch begun in pass c-1 takes (0: an epoch begins the pass)."""
+        return -c * self.n % self.r
+
+    def _chained(self, c: int) -> bool:
+        return self._cut(c) > self.n - self.r
+
+    def _permutation(self, c: int) -> np.ndarray:
+        if c not in self._keys:
+            self._keys[c] = _cycle_keys(self.n, self.seed, self.source, c)
+        return self._keys[c]
+
+    def _head(self, c: int) -> np.ndarray:
+        """Pass c's first cut(c) > 0 items."""
+        if c not in self._heads:
+            cut, first = self._cut(c), c
+            if self._chained(c):  # the first head of its run, back where a head would be r or longer
+                first -= (self.r - 1 - cut) // (self.n - self.r)
+            taken = np.zeros(self.n, bool)
+            taken[self._tail(first - 1)] = True
+            self._heads[c] = _smallest(self._permutation(first)[~taken], 0, cut, self.n)
+        return self._heads[c]
+
+    def _tail(self, c: int) -> np.ndarray:
+        """Pass c's items from where the epoch that ends in pass c+1 begins."""
+        if self._chained(c):
+            rest = np.ones(self.n, bool)
+            rest[self._head(c)] = False
+            return np.flatnonzero(rest)
+        return self._inside(c, self.n + self._cut(c + 1) - self.r, self.n)
+
+    def _inside(self, c: int, lo: int, hi: int) -> np.ndarray:
+        """The items at positions [lo, hi) of a pass c that is not chained, cut(c) <= lo."""
+        cut = self._cut(c)
+        rest = np.ones(self.n, bool)
+        if cut and lo < self.r:
+            rest[self._head(c)] = False
+            lo, hi = lo - cut, hi - cut
+        return _smallest(self._permutation(c)[rest], lo, hi, self.n)
 
 
 def row_ranges(rows: Sequence[int], k: int, *, seed: int, epoch: int, source: int) -> list[tuple[int, int, int]]:
@@ -194,14 +263,11 @@ def _cycle_keys(n: int, seed: int, source: int, cycle: int) -> np.ndarray:
     return keys
 
 
-def _cycle_part(n: int, seed: int, source: int, cycle: int, lo: int, hi: int) -> np.ndarray:
-    """The items at positions [lo, hi) of the source's permutation `cycle` (`_cycle_keys` sorted), in no
+def _smallest(keys: np.ndarray, lo: int, hi: int, n: int) -> np.ndarray:
+    """The items (of n) whose keys (`_cycle_keys`, some of them; overwritten) rank [lo, hi) among `keys`, in no
     particular order: a partition finds them in one pass, no sort."""
-    if hi <= lo:
-        return np.zeros(0, np.int64)
-    keys = _cycle_keys(n, seed, source, cycle)
-    if lo or hi < n:  # else all of them
-        keys = np.partition(keys, ([lo] if lo else []) + ([hi - 1] if hi < n else []))[lo:hi]
+    if lo or hi < len(keys):  # else all of them
+        keys = np.partition(keys, ([lo] if lo else []) + ([hi - 1] if hi < len(keys) else []))[lo:hi]
     keys &= np.uint64((1 << (n - 1).bit_length()) - 1)
     return keys.view(np.int64)
 
