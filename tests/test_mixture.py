@@ -254,3 +254,15 @@ def test_a_tables_rows_per_epoch_are_exact_and_none_comes_twice_before_every_one
         every = [seen[u, i] for u, n in enumerate(rows) for i in range(n)]
         assert max(every) - min(every) <= 1
     assert ranges == mx.row_ranges(list(rows), k, seed=seed, epoch=5, source=2)  # from (seed, epoch) alone
+
+
+@given(st.lists(st.integers(0, 12), min_size=1, max_size=6).filter(any), st.data(), st.integers(0, 5))
+@settings(max_examples=200, deadline=None)
+def test_no_epoch_of_a_table_holds_a_row_twice_where_its_walk_wraps_into_the_next_pass(rows, data, seed):
+    # Wraps of both kinds, as for items; a unit the cut splits may give its first rows to the next pass's head.
+    total = sum(rows)
+    k = data.draw(st.integers(1, total))
+    for epoch in range(3 * total // k + 2):
+        taken = Counter((u, i) for u, a, b in mx.row_ranges(rows, k, seed=seed, epoch=epoch, source=1)
+                        for i in range(a, b))
+        assert max(taken.values()) == 1, f"epoch {epoch} of {k} of {rows} rows holds a row twice"
