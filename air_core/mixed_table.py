@@ -43,6 +43,23 @@ ROW_MODES = ("parquet", "json", "csv", "text")
 BUNDLE_PIECES = 4
 
 
+def refuse_rows(sources: object, *, rows_here: str) -> None:
+    """Refuse a source of a mixture read as loose files whose dict asks for a table's rows (a mode of
+    `ROW_MODES`), saying how the door that checks it mixes tables' rows (`rows_here`): each door's own way,
+    checked with its other options, before any folder is listed.
+
+    Raises:
+        OptionError: naming the first such source and its mode.
+    """
+    if not isinstance(sources, Sequence) or isinstance(sources, str):
+        return  # not a list: resolving the mixture says what to give
+    for i, spec in enumerate(sources):
+        if isinstance(spec, Mapping) and spec.get("mode") in ROW_MODES:
+            raise OptionError(f"sources[{i}] ({spec.get('path')}) asks for mode {spec['mode']!r}, a table's rows, "
+                              f"in a mixture of loose files: mix tables' rows with {rows_here}, or give "
+                              "mode='files' in its dict to read its files")
+
+
 def resolve_tables(sources: Sequence[Mapping[str, Any]], *, epoch_size: int | None = None,
                    cache_dir: str | None = None) -> MixedTable:
     """Check and resolve a mixture of tables' `sources` (see `air_core.RowStream`).

@@ -577,3 +577,7 @@ def test_a_mixture_refuses_a_selection_beside_its_sources_and_files_beside_table
     with pytest.raises(OptionError, match=r"sources\[0\] \(.*chat\) is read as loose files but sources\[2\] "
                                           r"\(.*table\) as a table's rows \(mode 'parquet'\)"):
         read_uc_volume(sources=mixture(volume) + [{"path": volume.path("table"), "choose": 5, "mode": "auto"}])
+    with pytest.raises(OptionError, match=r"sources\[2\] \(.*table\) asks for mode 'parquet', a table's rows, "
+                                          r"in a mixture of loose files: mix tables' rows with read_uc_volume\("):
+        read_uc_volume(sources=mixture(volume) + [{"path": volume.path("table"), "choose": 5, "mode": "parquet"}],
+                       mode="files")

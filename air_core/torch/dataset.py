@@ -8,22 +8,10 @@ from typing import Any, Iterator, Literal, Mapping, Protocol, Sequence, runtime_
 
 import torch.utils.data
 
-from ..doors import (DEFAULT_PREFETCH, DEFAULT_PREFETCH_BYTES, ROW_MODES, Balance, Equalize, FileStream, Manifest,
-                     OnError, OptionError, RowStream, options)
+from ..doors import (DEFAULT_PREFETCH, DEFAULT_PREFETCH_BYTES, Balance, Equalize, FileStream, Manifest, OnError,
+                     OptionError, RowStream, options, refuse_rows)
 
 MODES = ("files", "rows")
-
-
-def _refuse_rows(sources: Sequence[Mapping[str, Any]] | None) -> None:
-    """Refuse a source of a files-mode mixture whose dict asks for a table's rows, naming this door's way to them
-    (checked here, not where FileStream resolves the mixture, whose message names RowStream)."""
-    if not isinstance(sources, Sequence) or isinstance(sources, str):
-        return  # no mixture, or not a list: resolving it says what to give
-    for i, spec in enumerate(sources):
-        if isinstance(spec, Mapping) and spec.get("mode") in ROW_MODES:
-            raise OptionError(f"sources[{i}] ({spec.get('path')}) asks for mode {spec['mode']!r}, a table's rows: "
-                              "mix tables' rows with UCVolumeDataset(sources=[...], mode='rows'), or give "
-                              "mode='files' in its dict to read its files")
 
 
 @runtime_checkable
@@ -165,7 +153,7 @@ class UCVolumeDataset(torch.utils.data.IterableDataset):
             if columns is not None:
                 raise OptionError("columns= picks a table's columns: give mode='rows' to read its rows, or leave "
                                   "columns unset to read each file's path")
-            _refuse_rows(sources)
+            refuse_rows(sources, rows_here="UCVolumeDataset(sources=[...], mode='rows')")
             self._stream = FileStream(
                 path, sources=sources, epoch_size=epoch_size, include=include, exclude=exclude, shuffle=shuffle,
                 seed=seed, balance=balance, equalize=equalize, cache_dir=cache_dir, cache_limit=cache_limit,
