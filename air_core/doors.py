@@ -30,7 +30,7 @@ from .read import (DEFAULT_FETCH_THREADS, DEFAULT_PREFETCH, DEFAULT_PREFETCH_BYT
 
 if TYPE_CHECKING:
     from .mixed_source import MixedSource, resolve_sources
-    from .mixed_table import MixedTable, resolve_mixture
+    from .mixed_table import MixedTable, refuse_rows, resolve_mixture
     from .source import MODES, Mode, Source, check_columns, resolve_source
     from .row_stream import RowStream
     from .stream import FileStream
@@ -41,6 +41,7 @@ _LAZY = {
     "RowStream": "air_core.row_stream",
     "MixedSource": "air_core.mixed_source", "resolve_sources": "air_core.mixed_source",
     "MixedTable": "air_core.mixed_table", "resolve_mixture": "air_core.mixed_table",
+    "refuse_rows": "air_core.mixed_table",
 }
 
 __all__ = [
@@ -49,7 +50,7 @@ __all__ = [
     "MixedSource", "MixedTable", "Mode", "ON_ERRORS", "OnError", "OptionError", "Part", "Planning", "RowStream", "Source",
     "StateError", "TableReader", "VERSION", "VolumePathError", "check_columns", "default_dir",
     "default_fetch_threads", "detect_rank", "entry_path_length", "exports", "freeze_inherited",
-    "options", "process_group", "resolve_mixture", "resolve_source", "resolve_sources", "retrying", "snake",
+    "options", "process_group", "refuse_rows", "resolve_mixture", "resolve_source", "resolve_sources", "retrying", "snake",
     "transport", "upgrade", "volume", "without_skips",
 ]
 

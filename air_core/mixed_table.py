@@ -9,8 +9,8 @@ any comes twice). A piece of the epoch is a row range of one source's unit
 (row group, span), `MixedPiece`; a rank's share is its part of each source's
 rows, cut in the units' order (a unit stays on its rank from epoch to epoch
 where the source's share of it does), in a seeded order with `shuffle`. With
-`shuffle`, a `RowStream` (or a `uc-volume` shard) reads every few pieces of
-its plan as one `MixedBundle`, their rows together in a seeded order, so the
+`shuffle`, a `RowStream` (or a `uc-volume` shard, or a Ray read task) reads
+every few pieces of its plan as one `MixedBundle`, their rows together in a seeded order, so the
 sources' rows interleave row by row. A resumed run deals what is left as
 `RowStream` does any table's runs.
 """
@@ -41,6 +41,23 @@ if TYPE_CHECKING:
 ROW_MODES = ("parquet", "json", "csv", "text")
 # Pieces a shuffled stream reads as one, their rows interleaved: what it holds decoded at once.
 BUNDLE_PIECES = 4
+
+
+def refuse_rows(sources: object, *, rows_here: str) -> None:
+    """Refuse a source of a mixture read as loose files whose dict asks for a table's rows (a mode of
+    `ROW_MODES`), saying how the door that checks it mixes tables' rows (`rows_here`): each door's own way,
+    checked with its other options, before any folder is listed.
+
+    Raises:
+        OptionError: naming the first such source and its mode.
+    """
+    if not isinstance(sources, Sequence) or isinstance(sources, str):
+        return  # not a list: resolving the mixture says what to give
+    for i, spec in enumerate(sources):
+        if isinstance(spec, Mapping) and spec.get("mode") in ROW_MODES:
+            raise OptionError(f"sources[{i}] ({spec.get('path')}) asks for mode {spec['mode']!r}, a table's rows, "
+                              f"in a mixture of loose files: mix tables' rows with {rows_here}, or give "
+                              "mode='files' in its dict to read its files")
 
 
 def resolve_tables(sources: Sequence[Mapping[str, Any]], *, epoch_size: int | None = None,
@@ -256,14 +273,22 @@ class MixedTableReader(TableReader):
         return np.array([u.nbytes for units in self._units for u in units], dtype=np.int64)
 
     def part(self, pieces: Sequence[MixedPiece], planning: Planning, *, epoch: int) -> MixedTablePart:
-        """The pieces packed to be read in another process: each source's, as its reader packs them (the rows
-        inside a piece in the file's order, as `read_pieces` reads them)."""
+        """The pieces packed to be read in another process (a Ray read task), in the order a stream reads them:
+        with `shuffle` as `MixedBundle`s (`stream_pieces`), so a task's rows interleave the sources row by row.
+        Each source's pieces are packed as its reader packs them, the rows inside a piece in the file's order
+        (as `read_pieces` reads them)."""
         by_source: dict[int, list] = {}
-        for p in pieces:
-            by_source.setdefault(p.source, []).append(p.native)
+        reads = []
+        for p in self.stream_pieces(list(pieces), planning, epoch=epoch):
+            bundled = p.pieces if isinstance(p, MixedBundle) else (p,)
+            for q in bundled:
+                by_source.setdefault(q.source, []).append(q.native)
+            reads.append(([(q.source, q.num_rows) for q in bundled], p.seed if isinstance(p, MixedBundle) else None))
         in_file_order = replace(planning, shuffle=False)
+        at = {s: k for k, s in enumerate(by_source)}
         return MixedTablePart([self.source.sources[s].reader.part(natives, in_file_order, epoch=epoch)
-                               for s, natives in by_source.items()])
+                               for s, natives in by_source.items()],
+                              [([(at[s], rows) for s, rows in takes], seed) for takes, seed in reads])
 
     def read_pieces(self, pieces: Sequence[MixedPiece], cache: Cache, *, columns: Sequence[str] | None,
                     fetch_threads: int, epoch: int = 0, seed: int = 0, shuffle: bool = False,
@@ -295,9 +320,17 @@ class MixedTableReader(TableReader):
 
 @dataclass(frozen=True)
 class MixedTablePart(Part):
-    """Pieces of a mixture of tables to read elsewhere: one part of each source's pieces, read one after another."""
+    """Pieces of a mixture of tables to read elsewhere: one part of each source's pieces, all read at once, and
+    the order to take their rows in.
+
+    Attributes:
+        parts: each source's part, its pieces in the order they are taken.
+        reads: what to yield, in order: (part, rows) taken from the parts one after another, and the seed of
+            their rows' order (a `MixedBundle`'s, as one table), or None (a piece: its tables as they come).
+    """
 
     parts: list[Part]
+    reads: list[tuple[list[tuple[int, int]], tuple[int, ...] | None]]
 
     @property
     def rows(self) -> int:  # type: ignore[override]
@@ -311,9 +344,42 @@ class MixedTablePart(Part):
     def input_files(self) -> list[str]:  # type: ignore[override]
         return [f for p in self.parts for f in p.input_files]
 
-    def read(self, cache: Cache, **options: Any) -> Iterator[tuple[str, pa.Table]]:
-        for part in self.parts:
-            yield from part.read(cache, **options)
+    def read(self, cache: Cache, **options: Any) -> Iterator[tuple[str | pa.Array, pa.Table]]:
+        """(volume path, table) per table of a piece; a bundle's rows as one table, in its seeded order, with the
+        volume path of each of its rows (a string array)."""
+        import pyarrow as pa
+
+        rows = [_Rows(part.read(cache, **options)) for part in self.parts]
+        for takes, seed in self.reads:
+            held = [pair for part, count in takes for pair in rows[part].take(count)]
+            if seed is None:
+                yield from held
+            elif held:
+                order = _order(sum(t.num_rows for _, t in held), seed)
+                paths = np.repeat(np.array([path for path, _ in held], dtype=object), [t.num_rows for _, t in held])
+                yield pa.array(paths[order], pa.string()), _concatenated([t for _, t in held]).take(order)
+
+
+class _Rows:
+    """One part's (volume path, table) pairs, taken a number of rows at a time: a piece's rows are the next
+    ones, whichever tables its reader cuts them into."""
+
+    def __init__(self, read: Iterator[tuple[str, pa.Table]]) -> None:
+        self._read = iter(read)
+        self._left: tuple[str, pa.Table] | None = None
+
+    def take(self, rows: int) -> Iterator[tuple[str, pa.Table]]:
+        """The next `rows` rows (fewer, where the part yields fewer: rows skipped under on_error="skip")."""
+        while rows > 0:
+            path, table = self._left or next(self._read, (None, None))
+            if table is None:
+                return
+            if table.num_rows > rows:
+                table, self._left = table.slice(0, rows), (path, table.slice(rows))
+            else:
+                self._left = None
+            rows -= table.num_rows
+            yield path, table
 
 
 def _interleaved(pieces: list[MixedPiece], sources: int) -> list[MixedPiece]:
@@ -330,11 +396,20 @@ def _interleaved(pieces: list[MixedPiece], sources: int) -> list[MixedPiece]:
 
 def _shuffled(tables: list[pa.Table], seed: tuple[int, ...]) -> pa.Table:
     """The tables' rows as one table, in an order `seed` draws."""
+    table = _concatenated(tables)
+    return table.take(_order(table.num_rows, seed))
+
+
+def _concatenated(tables: list[pa.Table]) -> pa.Table:
     import pyarrow as pa
 
     # One source's file may say a column holds no nulls where another's does not: the types are the same.
-    table = pa.concat_tables(tables, promote_options="default")
-    return table.take(np.random.default_rng(seed).permutation(table.num_rows))
+    return pa.concat_tables(tables, promote_options="default")
+
+
+def _order(rows: int, seed: tuple[int, ...]) -> np.ndarray:
+    """The order of a bundle's rows, the same wherever it is read."""
+    return np.random.default_rng(seed).permutation(rows)
 
 
 def _cut(pieces: list[MixedPiece], lengths: list[int]) -> list[list[MixedPiece]]:

@@ -111,12 +111,14 @@ def files_read_fn(source: TaskSource, part: Part, *, include_paths: bool, conten
 
 def table_read_fn(source: TaskSource, part: Part, *, columns: list[str] | None,
                   include_paths: bool) -> Callable[[], Iterator[pa.Table]]:
-    """A read task's function for a table's rows: one block per piece (a row group, or a range of rows)."""
+    """A read task's function for a table's rows: one block per piece (a row group, or a range of rows), or per
+    bundle of a shuffled mixture's pieces (their rows' paths given row by row)."""
 
     def read_uc_volume_tables() -> Iterator[pa.Table]:
         for path, table in part.read(source.cache(), columns=columns, **source.fetch):
             if include_paths:
-                table = table.append_column("path", pa.array([path] * table.num_rows, pa.string()))
+                paths = path if isinstance(path, pa.Array) else pa.array([path] * table.num_rows, pa.string())
+                table = table.append_column("path", paths)
             yield table if columns is None else table.select([c for c in columns if c in table.column_names])
 
     return read_uc_volume_tables

@@ -638,3 +638,7 @@ def test_a_mixture_refuses_what_it_does_not_read_yet(volume, hf_cache):
     assert sorted(r["path"].rsplit("/", 1)[1] for r in as_files) == ["a.jsonl"] + [f"f{i:05d}.bin" for i in range(4)]
     with pytest.raises(OptionError, match="mode='json' beside sources=: give mode= in each source's dict"):
         load_dataset("uc-volume", sources=sources, mode="json", split="train", streaming=True, cache_dir=hf_cache)
+    with pytest.raises(OptionError, match=r"sources\[1\] \(.*rows\) asks for mode 'json', a table's rows, in a "
+                                          r"mixture of loose files: mix tables' rows with load_dataset\('uc-volume'"):
+        load_dataset("uc-volume", sources=sources + [{"path": volume.path("rows"), "repeat": 1, "mode": "json"}],
+                     mode="files", split="train", streaming=True, cache_dir=hf_cache)

@@ -77,6 +77,34 @@ def test_a_source_gives_every_item_once_before_any_twice_across_epochs(n, k, see
         assert sorted(seen.tolist()) == [done] * (n - partial) + [done + 1] * partial
 
 
+@given(st.integers(2, 60), st.data(), st.integers(0, 3), st.integers(0, 4))
+@settings(max_examples=300, deadline=None)
+def test_no_epoch_holds_an_item_twice_where_its_walk_wraps_into_the_next_pass(n, data, seed, source):
+    # Both kinds of wrap: r <= n/2 (a pass's head defers the tail's items) and r > n/2, where a pass is only a
+    # head and a tail and runs of such passes nest their heads.
+    k = data.draw(st.integers(1, n))
+    wrapped = [e for e in range(60) if e * k % n + k > n]
+    for e in data.draw(st.lists(st.sampled_from(wrapped), max_size=6)) if wrapped else []:
+        got = mx.picks(n, k, seed=seed, epoch=e, source=source)
+        assert len(np.unique(got)) == k, f"epoch {e} of {k} of {n} items holds an item twice"
+
+
+@given(mixtures(), st.integers(0, 40))
+@settings(max_examples=150, deadline=None)
+def test_a_source_holding_no_more_than_its_items_gives_an_epoch_none_twice(mix, epoch):
+    sizes, kind, weights, epoch_size, seed = mix
+    ep, counts = epoch_of(sizes, kind, weights, epoch_size, seed, epoch)
+    for i, (s, k) in enumerate(zip(sizes, counts)):
+        if k <= len(s):
+            mine = ep.items[ep.source_of(ep.items) == i]
+            assert len(np.unique(mine)) == k, f"source {i}: {k} of {len(s)} items, one twice in epoch {epoch}"
+
+
+def test_forty_items_at_eighteen_an_epoch_never_repeat_one_in_an_epoch():
+    for e in range(40):
+        assert len(set(mx.picks(40, 18, seed=5, epoch=e, source=0).tolist())) == 18
+
+
 def test_a_small_source_repeats_whole_plus_a_sample():
     got = Counter(mx.picks(3, 7, seed=0, epoch=4, source=0).tolist())
     assert sorted(got.values()) == [2, 2, 3]
@@ -226,3 +254,15 @@ def test_a_tables_rows_per_epoch_are_exact_and_none_comes_twice_before_every_one
         every = [seen[u, i] for u, n in enumerate(rows) for i in range(n)]
         assert max(every) - min(every) <= 1
     assert ranges == mx.row_ranges(list(rows), k, seed=seed, epoch=5, source=2)  # from (seed, epoch) alone
+
+
+@given(st.lists(st.integers(0, 12), min_size=1, max_size=6).filter(any), st.data(), st.integers(0, 5))
+@settings(max_examples=200, deadline=None)
+def test_no_epoch_of_a_table_holds_a_row_twice_where_its_walk_wraps_into_the_next_pass(rows, data, seed):
+    # Wraps of both kinds, as for items; a unit the cut splits may give its first rows to the next pass's head.
+    total = sum(rows)
+    k = data.draw(st.integers(1, total))
+    for epoch in range(3 * total // k + 2):
+        taken = Counter((u, i) for u, a, b in mx.row_ranges(rows, k, seed=seed, epoch=epoch, source=1)
+                        for i in range(a, b))
+        assert max(taken.values()) == 1, f"epoch {epoch} of {k} of {rows} rows holds a row twice"

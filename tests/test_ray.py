@@ -503,6 +503,47 @@ def test_a_mixture_of_tables_reads_each_sources_rows_per_execution(volume):
     assert len(chat) == 100 and set(chat.values()) == {1}  # 2 x 50 of 120 rows: none twice
 
 
+def interleaving_tables(volume) -> list[dict]:
+    """Parquet ids 0..119 in row groups of 8 beside JSON Lines ids 1000..1023: 40 and 16 of them an epoch."""
+    path = volume.local("chat/part-0.parquet")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.table({"id": list(range(120)), "text": [f"row {i}" for i in range(120)]}), path,
+                   row_group_size=8)
+    volume.write("code/a.jsonl", "".join(json.dumps({"id": 1000 + i, "text": f"row {1000 + i}"}) + "\n"
+                                         for i in range(24)))
+    return [{"path": volume.path("chat"), "choose": 40}, {"path": volume.path("code"), "choose": 16}]
+
+
+def switches(ids: list[int]) -> int:
+    """How often a run of rows changes from one source to the other."""
+    return sum((a >= 1000) != (b >= 1000) for a, b in zip(ids, ids[1:]))
+
+
+def test_a_shuffled_mixture_of_tables_interleaves_its_sources_rows_inside_a_read_task(volume):
+    source = UCVolumeDatasource(sources=interleaving_tables(volume), shuffle=FileShuffleConfig(seed=3),
+                                include_paths=True)
+    (task,) = source.get_read_tasks(1)
+    blocks = [b.to_pylist() for b in task()]
+    ids = [r["id"] for b in blocks for r in b]
+    assert len(ids) == len(set(ids)) == 56 and sum(i >= 1000 for i in ids) == 16  # every row once
+    # Read source by source, the ids would change source once; bundles of four pieces shuffled together
+    # change it inside blocks, again and again.
+    assert max(switches([r["id"] for r in b]) for b in blocks) >= 4
+    for row in (r for b in blocks for r in b):  # each row's path is its own source's file
+        assert row["path"].endswith("/code/a.jsonl" if row["id"] >= 1000 else "/chat/part-0.parquet")
+    again = [r["id"] for t in source.get_read_tasks(1) for b in t() for r in b.to_pylist()]
+    assert again == ids  # the same order every time it is read (a resumed or retried task reads the same)
+
+
+@pytest.mark.slow
+def test_a_shuffled_mixture_of_tables_through_read_uc_volume_interleaves_rows_in_blocks(volume, ray_cluster):
+    ds = read_uc_volume(sources=interleaving_tables(volume), shuffle=FileShuffleConfig(seed=1), override_num_blocks=1)
+    blocks = [b["id"].to_pylist() for b in ds.iter_batches(batch_size=None, batch_format="pyarrow")]
+    ids = [i for b in blocks for i in b]
+    assert len(ids) == len(set(ids)) == 56 and sum(i >= 1000 for i in ids) == 16
+    assert max(switches(b) for b in blocks) >= 4
+
+
 @pytest.mark.slow
 def test_a_mixture_of_tables_through_read_uc_volume_gives_ranks_equal_shares(volume, ray_cluster):
     write_table(volume, "a", rows=30, row_group=8)  # 120 rows, ids 0..119
@@ -536,3 +577,7 @@ def test_a_mixture_refuses_a_selection_beside_its_sources_and_files_beside_table
     with pytest.raises(OptionError, match=r"sources\[0\] \(.*chat\) is read as loose files but sources\[2\] "
                                           r"\(.*table\) as a table's rows \(mode 'parquet'\)"):
         read_uc_volume(sources=mixture(volume) + [{"path": volume.path("table"), "choose": 5, "mode": "auto"}])
+    with pytest.raises(OptionError, match=r"sources\[2\] \(.*table\) asks for mode 'parquet', a table's rows, "
+                                          r"in a mixture of loose files: mix tables' rows with read_uc_volume\("):
+        read_uc_volume(sources=mixture(volume) + [{"path": volume.path("table"), "choose": 5, "mode": "parquet"}],
+                       mode="files")

@@ -201,4 +201,8 @@ def test_a_mixture_of_a_source_in_another_mode_is_refused(mix):
     with pytest.raises(OptionError, match=r"sources\[1\] \(.*rows\) is read in mode 'json'"):
         FileStream(sources=[{"path": mix.path("chat"), "choose": 2},
                             {"path": mix.path("rows"), "choose": 1, "mode": "auto"}])
+    with pytest.raises(OptionError, match=r"sources\[1\] \(.*rows\) asks for mode 'json', a table's rows, in a "
+                                          r"mixture of loose files: mix tables' rows with RowStream\(sources=\[...\]\)"):
+        FileStream(sources=[{"path": mix.path("chat"), "choose": 2},
+                            {"path": mix.path("rows"), "choose": 1, "mode": "json"}])
 

@@ -549,6 +549,11 @@ def test_rows_mode_refuses_what_only_files_mode_reads(volume):
         UCVolumeDataset(sources=sources, columns=["id"])
     with pytest.raises(OptionError, match="mode='table': choose one of"):
         UCVolumeDataset(sources=sources, mode="table")
+    # Files mode (the default) and a source asking for a table's rows: this door's way to them, not RowStream's.
+    with pytest.raises(OptionError, match=r"sources\[1\] \(.*code\) asks for mode 'json', a table's rows, in a "
+                                          r"mixture of loose files: mix tables' rows with "
+                                          r"UCVolumeDataset\(sources=\[...\], mode='rows'\)"):
+        UCVolumeDataset(sources=[sources[0], {**sources[1], "mode": "json"}])
     with pytest.raises(OptionError, match="rows mode plans from its tables' units"):
         UCVolumeDataset(sources=sources, mode="rows").manifest
     volume.write("notes/a.txt", "one\ntwo\n")

@@ -9,13 +9,14 @@ a `repeat` (its items, times this, per epoch; fractions allowed) or a
 add up to the epoch's size.
 
 Which items: a source of *n* items holding *k = q·n + r* (r < n) holds all
-of its items q times, and r items walked from an endless sequence of seeded
-permutations of its items (cycle 0, cycle 1, ...): epoch e takes positions
+of its items q times, and r items walked from an endless sequence of passes,
+each a permutation of its items (pass 0, pass 1, ...): epoch e takes positions
 [e·r, (e+1)·r) of it. So every item is taken once before any is taken again,
 across epochs, and any epoch's items are computed from (seed, epoch) in closed
-form, without replaying the epochs before it: a resume is counts. (An epoch
-whose r items straddle two cycles may hold an item from the end of one and
-again from the start of the next.)
+form, without replaying the epochs before it: a resume is counts (`_Passes`).
+An epoch whose r items straddle two passes holds no item twice: the next
+pass's first items are the first of its seeded permutation that the epoch has
+not taken, the ones it has are deferred to after the epoch's cut.
 
 Items are numbered over the sources laid end to end (source *i*'s item j is
 `offsets[i] + j`): the mixture's listing. The epoch's items (`Epoch.items`,
@@ -123,15 +124,10 @@ def picks(n: int, k: int, *, seed: int, epoch: int, source: int) -> np.ndarray:
     """The items (0..n-1, with repeats, ascending) that a source of `n` items holding `k` per epoch gives `epoch`.
 
     Every item ⌊k/n⌋ times, and the next k mod n positions of the source's walk
-    over its cycles of seeded permutations (see the module's docstring).
+    over its passes (see the module's docstring): no item twice among them.
     """
     whole, r = divmod(k, n)
-    start = epoch * r
-    cycle, at = divmod(start, n)
-    rest = [_cycle_part(n, seed, source, cycle, at, min(at + r, n))]
-    if at + r > n:
-        rest.append(_cycle_part(n, seed, source, cycle + 1, 0, at + r - n))
-    drawn = np.concatenate(rest)
+    drawn = _Walk(n, r, seed, source).epoch(epoch) if r else np.zeros(0, np.int64)
     if not whole:
         drawn.sort()
         return drawn
@@ -141,44 +137,190 @@ def picks(n: int, k: int, *, seed: int, epoch: int, source: int) -> np.ndarray:
     return np.repeat(np.arange(n, dtype=np.int64), np.bincount(drawn, minlength=n) + whole)
 
 
+class _Passes:
+    """A source's walk over its passes, r (0 < r < n) positions an epoch, each pass a permutation of its n
+    positions' contents (items; or rows, a unit's in order): what its passes share, whatever they hold.
+
+    Pass c's first `cut(c)` positions belong to the epoch begun in pass c-1
+    (its head), the rest of that epoch is pass c-1's tail. The head holds the
+    first cut(c) of pass c's seeded permutation (`_cycle_keys`) not in that
+    tail; the tail's ones it passes over follow it, then the rest in the
+    permutation's order. Those it passes over are at most the tail's
+    r - cut(c), so from position r on a pass is its permutation: a tail that
+    starts there (every pass whose epoch begun at cut(c) ends inside it) is
+    read off its permutation, and no head depends on more than the pass before.
+
+    A pass whose two epochs both straddle (cut(c) + r > n, a *chained* pass:
+    only where r > n/2) is its head and its tail, the tail being what the head
+    leaves. Chained passes come in runs, each head cut(c) - cut(c+1) = n - r
+    shorter than the one before and inside it (else the epoch between them
+    repeats one): every head of a run is the first of the run's first head's
+    order, so each is computed from the pass before the run.
+    """
+
+    def __init__(self, n: int, r: int) -> None:
+        self.n, self.r = n, r
+
+    def _cut(self, c: int) -> int:
+        """How many of pass c's first positions the epoch begun in pass c-1 takes (0: an epoch begins the pass)."""
+        return -c * self.n % self.r
+
+    def _chained(self, c: int) -> bool:
+        return self._cut(c) > self.n - self.r
+
+    def _first_of_run(self, c: int) -> int:
+        """The pass whose permutation orders pass c's head: its own, or a chained run's first."""
+        if not self._chained(c):
+            return c
+        return c - (self.r - 1 - self._cut(c)) // (self.n - self.r)  # back where a head would be r or longer
+
+    def _where(self, epoch: int) -> tuple[int, int, bool]:
+        """(the pass an epoch begins in, its position there, whether it ends in the next)."""
+        c, at = divmod(epoch * self.r, self.n)
+        return c, at, at + self.r > self.n
+
+
+class _Walk(_Passes):
+    """The walk over a source's n items."""
+
+    def __init__(self, n: int, r: int, seed: int, source: int) -> None:
+        super().__init__(n, r)
+        self.seed, self.source = seed, source
+        # An epoch's parts share passes and what they hold: each permutation drawn, each part found, once.
+        self._keys: dict[int, np.ndarray] = {}
+        self._heads: dict[int, np.ndarray] = {}
+        self._tails: dict[int, np.ndarray] = {}
+
+    def epoch(self, epoch: int) -> np.ndarray:
+        """The items (distinct, in no particular order) of positions [epoch·r, (epoch+1)·r)."""
+        c, at, straddles = self._where(epoch)
+        if straddles:
+            return np.concatenate([self._tail(c), self._head(c + 1)])
+        return self._inside(c, at, at + self.r)
+
+    def _permutation(self, c: int) -> np.ndarray:
+        if c not in self._keys:
+            self._keys[c] = _cycle_keys(self.n, self.seed, self.source, c)
+        return self._keys[c]
+
+    def _head(self, c: int) -> np.ndarray:
+        """Pass c's first cut(c) > 0 items."""
+        if c not in self._heads:
+            first = self._first_of_run(c)
+            taken = np.zeros(self.n, bool)
+            taken[self._tail(first - 1)] = True
+            self._heads[c] = _smallest(self._permutation(first)[~taken], 0, self._cut(c), self.n)
+        return self._heads[c]
+
+    def _tail(self, c: int) -> np.ndarray:
+        """Pass c's items from where the epoch that ends in pass c+1 begins."""
+        if c not in self._tails:
+            if self._chained(c):
+                rest = np.ones(self.n, bool)
+                rest[self._head(c)] = False
+                self._tails[c] = np.flatnonzero(rest)
+            else:
+                self._tails[c] = self._inside(c, self.n + self._cut(c + 1) - self.r, self.n)
+        return self._tails[c]
+
+    def _inside(self, c: int, lo: int, hi: int) -> np.ndarray:
+        """The items at positions [lo, hi) of a pass c that is not chained, cut(c) <= lo."""
+        cut = self._cut(c)
+        if not cut or lo >= self.r:
+            return _smallest(self._permutation(c), lo, hi, self.n)
+        rest = np.ones(self.n, bool)
+        rest[self._head(c)] = False
+        return _smallest(self._permutation(c)[rest], lo - cut, hi - cut, self.n)
+
+
 def row_ranges(rows: Sequence[int], k: int, *, seed: int, epoch: int, source: int) -> list[tuple[int, int, int]]:
     """The rows that a table source whose units (row groups, spans) hold `rows` rows each gives `epoch`, `k` in
     all, as (unit, start, stop) ranges of its units' rows, in the units' order (a unit's repeats side by side).
 
     As `picks` does with items, over rows: every unit whole ⌊k/N⌋ times (N
     rows in all), and the next k mod N rows of the source's walk over its
-    cycles of seeded permutations of its units, each unit's rows in order. A
-    unit the walk cuts gives the rest of its rows to the next epoch, so every
-    row is taken once before any is taken again.
+    passes, each a seeded permutation of its units, each unit's rows in order
+    (`_RowWalk`): no row twice among them. A unit the walk cuts gives the rest
+    of its rows to the next epoch, so every row is taken once before any is
+    taken again.
     """
     sizes = np.asarray(rows, dtype=np.int64)
-    total = int(sizes.sum())
-    whole, r = divmod(k, total)
+    whole, r = divmod(k, int(sizes.sum()))
     out = [(u, 0, int(sizes[u])) for u in np.flatnonzero(sizes).tolist() for _ in range(whole)]
-    cycle, at = divmod(epoch * r, total)
-    out += _walk(sizes, seed, source, cycle, at, min(at + r, total))
-    if at + r > total:
-        out += _walk(sizes, seed, source, cycle + 1, 0, at + r - total)
+    if r:
+        out += _RowWalk(sizes, r, seed, source).epoch(epoch)
     out.sort()
     return out
 
 
-def _walk(rows: np.ndarray, seed: int, source: int, cycle: int, lo: int, hi: int) -> list[tuple[int, int, int]]:
-    """Rows [lo, hi) of the cycle's walk (its units in a seeded order, each unit's rows in order), as
-    (unit, start, stop) ranges."""
-    if hi <= lo:
-        return []
-    keys = _cycle_keys(len(rows), seed, source, cycle)
-    keys.sort()
-    order = (keys & np.uint64((1 << (len(rows) - 1).bit_length()) - 1)).astype(np.int64)
-    ends = np.cumsum(rows[order])
-    starts = ends - rows[order]
-    out = []
-    for p in range(int(np.searchsorted(ends, lo, side="right")), int(np.searchsorted(starts, hi, side="left"))):
-        a, b = max(lo, int(starts[p])), min(hi, int(ends[p]))
-        if a < b:
-            out.append((int(order[p]), a - int(starts[p]), b - int(starts[p])))
-    return out
+class _RowWalk(_Passes):
+    """The walk over a table source's rows, its units' in a seeded order each pass, each unit's rows in order.
+
+    A head or a tail holds, of every unit, some first rows or some last ones
+    (a head takes the rows a tail leaves of a unit, from its start): a head
+    is each unit's rows [0, stop), a tail its rows [start, size).
+    """
+
+    def __init__(self, rows: np.ndarray, r: int, seed: int, source: int) -> None:
+        super().__init__(int(rows.sum()), r)
+        self.rows, self.seed, self.source = rows, seed, source
+        self._orders: dict[int, np.ndarray] = {}
+        self._heads: dict[int, np.ndarray] = {}
+
+    def epoch(self, epoch: int) -> list[tuple[int, int, int]]:
+        """The (unit, start, stop) ranges of positions [epoch·r, (epoch+1)·r), no row in two."""
+        c, at, straddles = self._where(epoch)
+        if not straddles:
+            return self._inside(c, at, at + self.r)
+        start, stop = self._tail(c), self._head(c + 1)
+        return ([(u, int(start[u]), int(self.rows[u])) for u in np.flatnonzero(start < self.rows).tolist()]
+                + [(u, 0, int(stop[u])) for u in np.flatnonzero(stop).tolist()])
+
+    def _order(self, c: int) -> np.ndarray:
+        """Pass c's permutation of the units."""
+        if c not in self._orders:
+            keys = _cycle_keys(len(self.rows), self.seed, self.source, c)
+            keys.sort()
+            self._orders[c] = (keys & np.uint64((1 << (len(self.rows) - 1).bit_length()) - 1)).astype(np.int64)
+        return self._orders[c]
+
+    def _head(self, c: int) -> np.ndarray:
+        """Pass c's first cut(c) > 0 rows, as each unit's stop."""
+        if c not in self._heads:
+            first = self._first_of_run(c)
+            free = self._tail(first - 1)[self._order(first)]  # each unit's rows before the tail's
+            before = np.cumsum(free) - free
+            stop = np.zeros(len(self.rows), np.int64)
+            stop[self._order(first)] = np.clip(self._cut(c) - before, 0, free)
+            self._heads[c] = stop
+        return self._heads[c]
+
+    def _tail(self, c: int) -> np.ndarray:
+        """Pass c's rows from where the epoch that ends in pass c+1 begins, as each unit's start."""
+        if self._chained(c):
+            return self._head(c)
+        start = self.rows.copy()
+        for u, a, _ in self._inside(c, self.n + self._cut(c + 1) - self.r, self.n):
+            start[u] = a
+        return start
+
+    def _inside(self, c: int, lo: int, hi: int) -> list[tuple[int, int, int]]:
+        """The (unit, start, stop) ranges of positions [lo, hi) of a pass c that is not chained, cut(c) <= lo."""
+        cut, order = self._cut(c), self._order(c)
+        first = np.zeros(len(self.rows), np.int64)
+        if cut and lo < self.r:
+            first = self._head(c)
+            lo, hi = lo - cut, hi - cut
+        left = (self.rows - first)[order]
+        ends = np.cumsum(left)
+        starts = ends - left
+        out = []
+        for p in range(int(np.searchsorted(ends, lo, side="right")), int(np.searchsorted(starts, hi, side="left"))):
+            a, b = max(lo, int(starts[p])), min(hi, int(ends[p]))
+            if a < b:
+                u = int(order[p])
+                out.append((u, int(first[u]) + a - int(starts[p]), int(first[u]) + b - int(starts[p])))
+        return out
 
 
 def _cycle_keys(n: int, seed: int, source: int, cycle: int) -> np.ndarray:
@@ -194,16 +336,15 @@ def _cycle_keys(n: int, seed: int, source: int, cycle: int) -> np.ndarray:
     return keys
 
 
-def _cycle_part(n: int, seed: int, source: int, cycle: int, lo: int, hi: int) -> np.ndarray:
-    """The items at positions [lo, hi) of the source's permutation `cycle` (`_cycle_keys` sorted), in no
-    particular order: a partition finds them in one pass, no sort."""
-    if hi <= lo:
-        return np.zeros(0, np.int64)
-    keys = _cycle_keys(n, seed, source, cycle)
-    if lo or hi < n:  # else all of them
-        keys = np.partition(keys, ([lo] if lo else []) + ([hi - 1] if hi < n else []))[lo:hi]
-    keys &= np.uint64((1 << (n - 1).bit_length()) - 1)
-    return keys.view(np.int64)
+def _smallest(keys: np.ndarray, lo: int, hi: int, n: int) -> np.ndarray:
+    """The items (of n) whose keys (`_cycle_keys`, some of them) rank [lo, hi) among `keys`, in no particular
+    order: a partition finds them in one pass, no sort."""
+    mask = np.uint64((1 << (n - 1).bit_length()) - 1)
+    if not lo and hi == len(keys):
+        return (keys & mask).view(np.int64)
+    part = np.partition(keys, ([lo] if lo else []) + ([hi - 1] if hi < len(keys) else []))[lo:hi]
+    part &= mask  # a copy of the keys: no need of another
+    return part.view(np.int64)
 
 
 class Mixture:

@@ -9,7 +9,7 @@ from typing import Any, Iterator, Literal, Mapping, Protocol, Sequence, runtime_
 import torch.utils.data
 
 from ..doors import (DEFAULT_PREFETCH, DEFAULT_PREFETCH_BYTES, Balance, Equalize, FileStream, Manifest, OnError,
-                     OptionError, RowStream, options)
+                     OptionError, RowStream, options, refuse_rows)
 
 MODES = ("files", "rows")
 
@@ -153,6 +153,7 @@ class UCVolumeDataset(torch.utils.data.IterableDataset):
             if columns is not None:
                 raise OptionError("columns= picks a table's columns: give mode='rows' to read its rows, or leave "
                                   "columns unset to read each file's path")
+            refuse_rows(sources, rows_here="UCVolumeDataset(sources=[...], mode='rows')")
             self._stream = FileStream(
                 path, sources=sources, epoch_size=epoch_size, include=include, exclude=exclude, shuffle=shuffle,
                 seed=seed, balance=balance, equalize=equalize, cache_dir=cache_dir, cache_limit=cache_limit,
