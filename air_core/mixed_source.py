@@ -34,7 +34,7 @@ from .read.reader import FileRowsPart
 from .source import Source, resolve_source
 
 # What a source of a mixture may say besides its weight: the selection of its folder's files.
-SOURCE_OPTIONS = ("path", "include", "exclude", "file_extensions", "mode")
+SOURCE_OPTIONS = ("path", "include", "exclude", "file_extensions", "mode", "delta_table", "delta_version")
 
 
 def resolve_sources(sources: Sequence[Mapping[str, Any]], *, epoch_size: int | None = None,
@@ -70,9 +70,6 @@ def resolve_specs(sources: Sequence[Mapping[str, Any]], *, mode: str,
         if not isinstance(spec, Mapping) or not isinstance(spec.get("path"), str):
             raise OptionError(f"{name}={spec!r:.200}: give a dict with the folder's 'path' (a str) and its weight")
         name = f"sources[{i}] ({spec['path']})"
-        if "delta_table" in spec or "delta_version" in spec:
-            raise OptionError(f"{name}: a Delta table is not read in a mixture yet; read it on its own, or mix "
-                              "the folders it was exported to")
         options.reject_unknown(spec, SOURCE_OPTIONS + mixture.WEIGHTS, what=f"a source of a mixture, {name}")
         given = [k for k in mixture.WEIGHTS if k in spec]
         if len(given) != 1:
@@ -82,8 +79,10 @@ def resolve_specs(sources: Sequence[Mapping[str, Any]], *, mode: str,
         if given[0] != kinds[0][0]:
             raise OptionError(f"{kinds[0][1]} has a {kinds[0][0]!r} but {name} a {given[0]!r}: give every source "
                               "of a mixture the same kind of weight")
-        resolved.append(resolve_source(spec["path"], mode=spec.get("mode", mode), include=spec.get("include"),
-                                       exclude=spec.get("exclude"), file_extensions=spec.get("file_extensions"),
+        resolved.append(resolve_source(spec["path"], mode=spec.get("mode", "auto" if "delta_table" in spec else mode),
+                                       include=spec.get("include"), exclude=spec.get("exclude"),
+                                       file_extensions=spec.get("file_extensions"),
+                                       delta_table=spec.get("delta_table"), delta_version=spec.get("delta_version"),
                                        cache_dir=cache_dir))
         weights.append(spec[given[0]])
     return resolved, kinds[0][0], weights, [name for _, name in kinds]  # type: ignore[return-value]

@@ -54,10 +54,14 @@ def refuse_rows(sources: object, *, rows_here: str) -> None:
     if not isinstance(sources, Sequence) or isinstance(sources, str):
         return  # not a list: resolving the mixture says what to give
     for i, spec in enumerate(sources):
-        if isinstance(spec, Mapping) and spec.get("mode") in ROW_MODES:
-            raise OptionError(f"sources[{i}] ({spec.get('path')}) asks for mode {spec['mode']!r}, a table's rows, "
-                              f"in a mixture of loose files: mix tables' rows with {rows_here}, or give "
-                              "mode='files' in its dict to read its files")
+        if not isinstance(spec, Mapping):
+            continue
+        if spec.get("mode") in ROW_MODES or spec.get("delta_table") is not None:
+            asks = f"mode {spec['mode']!r}" if spec.get("mode") in ROW_MODES else "a Delta table"
+            raise OptionError(f"sources[{i}] ({spec.get('path')}) asks for {asks}, a table's rows, "
+                              f"in a mixture of loose files: mix tables' rows with {rows_here}"
+                              + (", or give mode='files' in its dict to read its files"
+                                 if spec.get("delta_table") is None else ""))
 
 
 def resolve_tables(sources: Sequence[Mapping[str, Any]], *, epoch_size: int | None = None,

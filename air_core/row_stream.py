@@ -56,7 +56,9 @@ class RowStream(Stream):
         sources: instead of `path`, a mixture of tables of one schema, each
             source a dict with its folder's `path`, optionally its `include`,
             `exclude`, `file_extensions` and `mode` ("parquet", "json", "csv",
-            "text"; default "auto"), and one weight, the same kind for every
+            "text"; default "auto"), or a Delta table's `delta_table` and
+            `delta_version` (exported to `path` and read there, as for one
+            folder), and one weight, the same kind for every
             source, of its rows: `proportion`, `repeat` or `choose` (as
             `FileStream`'s). Each epoch holds exactly each source's count of
             rows (see `air_core.mixed_table`), and resumes as one table does.

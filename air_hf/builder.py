@@ -92,7 +92,8 @@ class UCVolumeConfig(datasets.BuilderConfig):
         sample_by: text mode: "line" (default), "paragraph" or "document" (a row per file).
         sources: instead of `data_dir`, a mixture of volume folders: a list of dicts, each
             with a folder's `path`, optionally its `include`, `exclude`, `file_extensions` and
-            `mode` (default "auto"), and one weight, the same kind for every source:
+            `mode` (default "auto") or a Delta table's `delta_table` and `delta_version`
+            (exported to `path`), and one weight, the same kind for every source:
             `proportion`, `repeat` or `choose`. Folders of loose files mix as files (see
             `air_core.FileStream`), tables of one schema as rows (see `air_core.RowStream`).
             The split `train` holds the mixture's epochs: `ds.set_epoch(e)` (on the dataset

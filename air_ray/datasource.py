@@ -124,8 +124,9 @@ class UCVolumeDatasource(Datasource):
         sample_by: text mode: "line" (default), "paragraph" or "document" (a row per file).
         sources: instead of `path`, a mixture of volume folders: a list of
             dicts, each with a folder's `path`, optionally its `include`,
-            `exclude`, `file_extensions` and `mode` (default "auto"), and one
-            weight, the same kind for every source: `proportion`, `repeat` or
+            `exclude`, `file_extensions` and `mode` (default "auto") or a
+            Delta table's `delta_table` and `delta_version` (exported to
+            `path`), and one weight, the same kind for every source: `proportion`, `repeat` or
             `choose`. Folders of loose files mix as files (see
             `air_core.FileStream`), tables of one schema as rows (see
             `air_core.RowStream`); `mode="files"` reads every source as files.

@@ -185,6 +185,24 @@ def test_a_resume_past_the_first_epoch_on_other_grids_is_exactly_once(tables, ki
     assert Counter(delivered) == uninterrupted
 
 
+def test_a_delta_table_is_a_source_exported_to_its_path(tables, tmp_path):
+    pytest.importorskip("deltalake")
+    from deltalake import write_deltalake
+
+    from air_core import FileStream
+
+    table = tmp_path / "delta" / "safety"
+    write_deltalake(str(table), pa.table({"id": list(range(3000, 3012)), "src": ["delta"] * 12}))
+    sources = [{"path": tables.path("code"), "repeat": 0.6},
+               {"path": tables.path("exports/safety"), "delta_table": str(table), "delta_version": 0, "repeat": 2}]
+    stream = RowStream(sources=sources, shuffle=True, seed=1)
+    got = Counter(row["src"] for row in stream)
+    assert got == {"code": 30, "delta": 24}  # the table's 12 rows twice, exported once to its path
+    assert RowStream(tables.path("exports/safety")).schema.names == ["id", "src"]
+    with pytest.raises(OptionError, match=r"sources\[1\].*Delta table.*RowStream\(sources="):
+        FileStream(sources=[{"path": tables.path("chat"), "repeat": 1}, sources[1]])
+
+
 def test_a_state_of_another_mixture_is_refused_saying_what_changed(tables):
     state = RowStream(sources=specs(tables, "choose", [10, 10, 7])).state_dict()
     with pytest.raises(StateError, match="saved with 10, 10, 7 items per epoch from the sources, this mixture "

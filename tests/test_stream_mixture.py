@@ -177,7 +177,7 @@ def test_a_state_of_another_mixture_is_refused_saying_what_changed(mix):
     ([{"path": "chat", "choose": 5, "shufle": True}], OptionError, r"unknown option 'shufle'.*sources\[0\]"),
     ([{"path": "chat", "choose": 5}, {"path": "nowhere", "choose": 5}], VolumePathError, "nowhere"),
     ([{"path": "chat", "choose": 5}, {"path": "empty", "choose": 5}], EmptyVolumeError, "empty"),
-    ([{"path": "chat", "choose": 5, "delta_table": "main.ml.t"}], OptionError, "not read in a mixture yet"),
+    ([{"path": "chat", "choose": 5, "delta_table": "main.ml.t"}], OptionError, r"asks for a Delta table, a table.s rows.*RowStream\(sources="),
 ])
 def test_bad_sources_are_refused_naming_the_source(mix, sources, error, words):
     (mix.local("empty")).mkdir()
