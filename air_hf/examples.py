@@ -7,10 +7,12 @@ features, cutting every table into one-row tables and converting each on
 its own (~30 µs a row, more than reading and parsing it). This builder's
 tables already carry its features' types, so the iterable reporting those
 features skips that step, and its rows come from `datasets`' own
-conversion of batches of 10 rows (a few µs a row): the same values, in the
-same order, with the same resume state. Features that need decoding
-(`Image`, `Audio`, ...) keep the step, which is where `datasets` decodes
-them.
+conversion of batches of rows (a few µs a row): the same values, in the
+same order, with the same resume state; and converted 1,000 at a time,
+not 10 (`datasets`' own loop, the same state): `ds.iter(batch_size=...)`
+then costs about what it did through that step, in batches. Features that
+need decoding (`Image`, `Audio`, ...) keep the step, which is where
+`datasets` decodes them.
 
 **The epoch.** A mixture's epochs hold different items, so the builder's
 tables function must know which epoch it generates. `datasets` has no
@@ -37,11 +39,15 @@ from __future__ import annotations
 
 import sys
 
+from itertools import islice
+
 import datasets
 from datasets.features.features import require_decoding
-from datasets.iterable_dataset import ArrowExamplesIterable
+from datasets.formatting import PythonFormatter
+from datasets.iterable_dataset import ArrowExamplesIterable, _batch_to_examples, _split_gen_kwargs
 
 SHIFT = "epoch_shift"  # the gen_kwarg that carries the shifts (an int, not a list: never split into shards)
+ROWS_AT_ONCE = 1000  # rows converted to Python at once, where they need no decoding (datasets: 10)
 
 
 class Tables(ArrowExamplesIterable):
@@ -61,6 +67,32 @@ class Tables(ArrowExamplesIterable):
     @property
     def features(self) -> datasets.Features | None:
         return self._features
+
+    def __iter__(self):  # noqa: ANN204 - datasets' signature
+        if self._features is None:
+            yield from super().__iter__()
+            return
+        # datasets' own loop (ArrowExamplesIterable.__iter__), with its state (shard, example in shard), converting
+        # ROWS_AT_ONCE rows at a time rather than 10: in tens, narrow rows (Parquet's id, x, text) cost ~1.6x more.
+        formatter = PythonFormatter()
+        state = self._state_dict
+        for gen_kwargs in islice(_split_gen_kwargs(self.kwargs, max_num_jobs=self.num_shards),
+                                 state["shard_idx"] if state else 0, None):
+            start, at = (state["shard_example_idx"] if state else 0), 0
+            for key, table in self.generate_tables_fn(**gen_kwargs):
+                if at + len(table) <= start:
+                    at += len(table)
+                    continue
+                for part in table.to_reader(max_chunksize=ROWS_AT_ONCE):
+                    for example in _batch_to_examples(formatter.format_batch(part)):
+                        if at >= start:
+                            if state:
+                                state["shard_example_idx"] += 1
+                            yield key, example
+                        at += 1
+            if state:
+                state["shard_idx"] += 1
+                state["shard_example_idx"] = 0
 
     def shift_rngs(self, value: int) -> Tables:
         if SHIFT not in self.kwargs:

@@ -229,7 +229,7 @@ def test_rows_are_converted_a_batch_at_a_time(volume, hf_cache, monkeypatch, wor
                         lambda self, table: sizes.append(len(table)) or convert(self, table))
     ids = [r["id"] for rank in range(world_size) for r in air_hf.split_for_rank(ds, rank=rank, world_size=world_size)]
     assert sorted(ids) == list(range(400))
-    assert sum(sizes) == 400 and len(sizes) <= 400 / 10 + 2 * 2
+    assert sum(sizes) == 400 and len(sizes) <= 2 * 2 and max(sizes) > 10  # not in datasets' tens, either
 
 
 def test_state_dict_resumes_exactly(volume, hf_cache):
