@@ -27,8 +27,8 @@ from .grid import Grid
 from .io.cache import Cache
 from .planning import mixture, resume
 from .planning import shares as plan_mod
-from .io.files import (DEFAULT_FETCH_THREADS, DEFAULT_PREFETCH, DEFAULT_PREFETCH_BYTES, ROWS_AT_ONCE, CachedFile, OnError,
-                       Row, Skipped, chunked, read_rows)
+from .io.files import (DEFAULT_FETCH_THREADS, DEFAULT_PREFETCH, DEFAULT_PREFETCH_BYTES, ROWS_AT_ONCE, CachedFile,
+                       Columns, OnError, Row, Skipped, chunked, read_columns, read_rows)
 from .read.files import FilesReader
 from .read.reader import FileRowsPart
 from .source import Source, resolve_source
@@ -244,21 +244,30 @@ class MixtureReader:
     def read_files(self, items: Sequence[int], cache: Cache, *, fetch_threads: int, on_error: OnError = "raise",
                    **fetch: int) -> Iterator[CachedFile | Skipped]:
         """The items, in order, through the node cache, fetched ahead (one pool for every source)."""
-        return read_rows(self._rows(items), cache, fetch_threads=fetch_threads, on_error=on_error, **fetch)
+        return read_columns(self._columns(items), cache, fetch_threads=fetch_threads, on_error=on_error, **fetch)
 
-    def _rows(self, items: Iterable[int]) -> Iterator[list[Row]]:
-        """The items' rows, decoded a chunk at a time, source by source within the chunk."""
+    def _columns(self, items: Iterable[int]) -> Iterator[Columns]:
+        """The items' columns, decoded a chunk at a time, source by source within the chunk, from each
+        listing's remembered rows (`Manifest.volume_rows`): a warm pass makes no row, as for one folder."""
         manifests = [s.manifest for s in self.mixed.sources]
-        # Where each folder lies in this process, as for one folder (`read_items`).
-        local = [volume.parse(m.root).local for m in manifests]
+        local: list[str | None] = [None] * len(manifests)  # where each folder lies here: only a miss asks
         for chunk in chunked(items):
-            at_once = np.asarray(chunk, dtype=np.int64)
-            rows: list[Any] = [None] * len(chunk)
-            for s, at, files in self.mixed.locate(at_once):
-                m = manifests[s]
-                for k, (path, size, mtime) in zip(at.tolist(), m.rows(files)):
-                    rows[k] = (chunk[k], f"{m.root}/{path}", f"{local[s]}/{path}", size, mtime)
-            yield rows
+            n = len(chunk)
+            vpaths: list[Any] = [None] * n
+            sizes, mtimes, which = [0] * n, [0] * n, [0] * n
+            for s, at, files in self.mixed.locate(np.asarray(chunk, dtype=np.int64)):
+                for k, (v, size, mtime) in zip(at.tolist(), manifests[s].volume_rows(files.tolist())):
+                    vpaths[k], sizes[k], mtimes[k], which[k] = v, size, mtime, s
+
+            def rows(k: int, chunk: list[int] = chunk, vpaths: list[str] = vpaths, sizes: list[int] = sizes,
+                     mtimes: list[int] = mtimes, which: list[int] = which) -> list[Row]:
+                for s in set(which[k:]):
+                    if local[s] is None:
+                        local[s] = volume.parse(manifests[s].root).local
+                return [(chunk[j], vpaths[j], f"{local[which[j]]}{vpaths[j][len(manifests[which[j]].root):]}",
+                         sizes[j], mtimes[j]) for j in range(k, len(chunk))]
+
+            yield chunk, vpaths, sizes, mtimes, rows
 
     # -- what a Ray datasource asks --------------------------------------------------
 

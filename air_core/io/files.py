@@ -171,7 +171,21 @@ def read_rows(
             indices, vpaths, _, sizes, mtimes = zip(*chunk)
             yield indices, vpaths, sizes, mtimes, lambda k, chunk=chunk: chunk[k:]
 
-    return _read(columns(), cache, fetch_threads=fetch_threads, prefetch=prefetch, prefetch_bytes=prefetch_bytes,
+    return read_columns(columns(), cache, fetch_threads=fetch_threads, prefetch=prefetch,
+                        prefetch_bytes=prefetch_bytes, on_error=on_error)
+
+
+def read_columns(
+    chunks: Iterable[Columns],
+    cache: Cache,
+    *,
+    fetch_threads: int = DEFAULT_FETCH_THREADS,
+    prefetch: int = DEFAULT_PREFETCH,
+    prefetch_bytes: int = DEFAULT_PREFETCH_BYTES,
+    on_error: OnError = "raise",
+) -> Iterator[CachedFile | Skipped]:
+    """`read_items` of files given as chunks of columns (see `Columns`): a warm pass makes no row for them."""
+    return _read(chunks, cache, fetch_threads=fetch_threads, prefetch=prefetch, prefetch_bytes=prefetch_bytes,
                  on_error=on_error)
 
 
