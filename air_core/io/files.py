@@ -150,8 +150,8 @@ def read_items(
 
             yield chunk, vpaths, sizes, mtimes, rows
 
-    return _read(columns(), cache, fetch_threads=fetch_threads, prefetch=prefetch, prefetch_bytes=prefetch_bytes,
-                 on_error=on_error)
+    return read_columns(columns(), cache, fetch_threads=fetch_threads, prefetch=prefetch,
+                        prefetch_bytes=prefetch_bytes, on_error=on_error)
 
 
 def read_rows(
@@ -184,15 +184,9 @@ def read_columns(
     prefetch_bytes: int = DEFAULT_PREFETCH_BYTES,
     on_error: OnError = "raise",
 ) -> Iterator[CachedFile | Skipped]:
-    """`read_items` of files given as chunks of columns (see `Columns`): a warm pass makes no row for them."""
-    return _read(chunks, cache, fetch_threads=fetch_threads, prefetch=prefetch, prefetch_bytes=prefetch_bytes,
-                 on_error=on_error)
-
-
-def _read(chunks: Iterable[Columns], cache: Cache, *, fetch_threads: int, prefetch: int, prefetch_bytes: int,
-          on_error: OnError) -> Iterator[CachedFile | Skipped]:
-    """What `read_items` and `read_rows` yield: runs of hits straight from the cache; from the first miss on,
-    every file through the window of reads ahead."""
+    """`read_items` of files given as chunks of columns (see `Columns`), which `read_items` and `read_rows`
+    make too: runs of hits straight from the cache; from the first miss on, every file through the window
+    of reads ahead."""
     # A warm epoch is runs of hits: those are yielded straight from one lookup per chunk, without the
     # window of reads ahead, which costs more than the hit itself (a warm item ~2.5 us instead of ~4.3).
     # Per hit, only the `stat` runs in a loop of Python's: the chunk comes as columns, its files are made
@@ -242,7 +236,7 @@ def _read_ahead(rows: Iterable[Row], cache: Cache, *, fetch_threads: int, prefet
 
 
 Row = tuple[int, str, str, int, int]  # (index, volume path, local path, size, mtime_ns)
-# A chunk as `_read` takes it: its indices, volume paths, sizes and mtimes, and its rows from a place on
+# A chunk as `read_columns` takes it: its indices, volume paths, sizes and mtimes, and its rows from a place on
 # (`rows(k)`), made only when a file there is not cached: a warm pass makes no row and no local path.
 Columns = tuple[Sequence[int], Sequence[str], Sequence[int], Sequence[int], Callable[[int], list[Row]]]
 ROWS_AT_ONCE = 512
