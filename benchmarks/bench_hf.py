@@ -8,7 +8,8 @@ One run measures, each in a fresh process with netvol preloaded (NETVOL_OPEN_MS=
 - parquet: 4 files of 8 row groups, rows/s of a first pass as Arrow batches and a second as Python
   batches (`ds.iter(batch_size=1000)`), for uc-volume (fresh cache) and `parquet`;
 - 3 ranks over the 4 Parquet files: bytes read from the volume while iterating, counted from
-  netvol's trace (opens x file size), as a multiple of the data's bytes.
+  netvol's trace (NETVOL_TRACE_BYTES=1: the bytes each remote open read), as a multiple of the
+  data's bytes; and the opens (a ranged read of some row groups is an open of its own).
 
 The files and parquet measurements alternate between the systems --repeat times and the summary takes
 each one's best, so that other work on the machine skews neither side. Prints one JSON line per
@@ -214,10 +215,10 @@ def ranks_bytes(args, system: str) -> dict:
     lines = Path(args.env["NETVOL_TRACE"]).read_text().splitlines()
     (sync / "go").touch()
     rows = [result(p)["rows"] for p in procs]
-    opened = [ln.split(" ", 1)[1] for ln in Path(args.env["NETVOL_TRACE"]).read_text().splitlines()[len(lines):]
-              if ln.startswith("open ")]
+    after = Path(args.env["NETVOL_TRACE"]).read_text().splitlines()[len(lines):]
     data = sum(os.path.getsize(p) for p in glob.glob(f"{args.local}/table/*.parquet"))
-    read = sum(os.path.getsize(p) for p in opened)
+    read = sum(int(ln.rsplit(" ", 1)[1]) for ln in after if ln.startswith("read "))
+    opened = [ln for ln in after if ln.startswith("open ")]
     return {"system": f"{system}-parquet-3-ranks", "rows_per_rank": rows,
             "setup_opens": sum(ln.startswith("open ") for ln in lines), "iteration_opens": len(opened),
             "volume_bytes_ratio": round(read / data, 3)}
@@ -249,7 +250,7 @@ def main() -> None:
     args.env = {**os.environ, "AIR_VOLUMES_ROOT": f"{args.root}/Volumes", "AIR_CACHE_DIR": args.cache,
                 "HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1", "LD_PRELOAD": so,
                 "NETVOL_PREFIX": f"{args.root}/Volumes/", "NETVOL_OPEN_MS": "10", "NETVOL_MBPS": "200",
-                "NETVOL_TRACE": f"{args.root}/trace"}
+                "NETVOL_TRACE": f"{args.root}/trace", "NETVOL_TRACE_BYTES": "1"}
     systems = ("uc-volume",) if args.skip_peers else ("uc-volume", "hf")
     files, parquet = [], {name: [] for name in systems}
     for _ in range(args.repeat):
