@@ -29,8 +29,8 @@ from .read import (DEFAULT_FETCH_THREADS, DEFAULT_PREFETCH, DEFAULT_PREFETCH_BYT
                    Part, TableReader, default_fetch_threads, without_skips)
 
 if TYPE_CHECKING:
-    from .mixed_source import MixedSource, resolve_sources
-    from .mixed_table import MixedTable, refuse_rows, resolve_mixture
+    from .mixed_source import MixedSource, refuse_rows, resolve_sources
+    from .mixed_table import MixedTable, resolve_mixture
     from .source import MODES, Mode, Source, check_columns, resolve_source
     from .row_stream import RowStream
     from .stream import FileStream
@@ -41,7 +41,7 @@ _LAZY = {
     "RowStream": "air_core.row_stream",
     "MixedSource": "air_core.mixed_source", "resolve_sources": "air_core.mixed_source",
     "MixedTable": "air_core.mixed_table", "resolve_mixture": "air_core.mixed_table",
-    "refuse_rows": "air_core.mixed_table",
+    "refuse_rows": "air_core.mixed_source",
 }
 
 __all__ = [

@@ -37,23 +37,59 @@ from .source import Source, resolve_source
 SOURCE_OPTIONS = ("path", "include", "exclude", "file_extensions", "mode", "delta_table", "delta_version")
 
 
-def resolve_sources(sources: Sequence[Mapping[str, Any]], *, epoch_size: int | None = None,
+# The modes a mixture of tables' rows reads (`air_core.mixed_table`); any other but "files" is not mixed.
+ROW_MODES = ("parquet", "json", "csv", "text")
+
+
+def resolve_sources(sources: Sequence[Mapping[str, Any]], *, rows_here: str, epoch_size: int | None = None,
                     cache_dir: str | None = None) -> MixedSource:
-    """Check and resolve a mixture's `sources` (see `air_core.FileStream`).
+    """Check and resolve a mixture's `sources` (see `air_core.FileStream`); `rows_here`: how the door that
+    asks mixes tables' rows, for the message that refuses a source of them.
 
     Raises:
         OptionError: a source that is not a dict with a `path`, an unknown key,
             no weight or two, weights of different kinds, a weight out of range,
-            `epoch_size` with `repeat` or `choose`, a source not of loose files.
+            `epoch_size` with `repeat` or `choose`, a source not of loose files
+            (whether its dict says so, checked before any folder is listed, or
+            its files do, in mode "auto").
         VolumePathError, EmptyVolumeError: a source folder that is missing or empty
             (naming it), as for one folder.
     """
+    refuse_rows(sources, rows_here=rows_here)
     resolved, kind, weights, names = resolve_specs(sources, mode="files", cache_dir=cache_dir)
     for source, name in zip(resolved, names):
+        if source.mode in ROW_MODES:
+            raise OptionError(_rows_refused(name, f"is read in mode {source.mode!r} (what its files are)", rows_here,
+                                            files_too=True))
         if source.mode != "files":
             raise OptionError(f"{name} is read in mode {source.mode!r}: a mixture reads loose files (mode 'files') "
-                              "here; give mode='files', or read its rows with RowStream(sources=[...])")
+                              f"or tables' rows (modes {', '.join(ROW_MODES)}), not mode {source.mode!r}; give "
+                              "mode='files' in its dict to read its files")
     return MixedSource(resolved, kind, weights, epoch_size, names, [len(s.manifest) for s in resolved])
+
+
+def refuse_rows(sources: object, *, rows_here: str) -> None:
+    """Refuse a source of a mixture read as loose files whose dict asks for a table's rows (a mode of
+    `ROW_MODES`, or a Delta table), saying how the door that checks it mixes tables' rows (`rows_here`):
+    each door's own way, checked with its other options, before any folder is listed.
+
+    Raises:
+        OptionError: naming the first such source and its mode.
+    """
+    if not isinstance(sources, Sequence) or isinstance(sources, str):
+        return  # not a list: resolving the mixture says what to give
+    for i, spec in enumerate(sources):
+        if not isinstance(spec, Mapping):
+            continue
+        if spec.get("mode") in ROW_MODES or spec.get("delta_table") is not None:
+            asks = f"mode {spec['mode']!r}" if spec.get("mode") in ROW_MODES else "a Delta table"
+            raise OptionError(_rows_refused(f"sources[{i}] ({spec.get('path')})", f"asks for {asks}", rows_here,
+                                            files_too=spec.get("delta_table") is None))
+
+
+def _rows_refused(name: str, reads: str, rows_here: str, *, files_too: bool) -> str:
+    return (f"{name} {reads}, a table's rows, in a mixture of loose files: mix tables' rows with "
+            f"{rows_here}" + (", or give mode='files' in its dict to read its files" if files_too else ""))
 
 
 def resolve_specs(sources: Sequence[Mapping[str, Any]], *, mode: str,

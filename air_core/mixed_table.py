@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence
 import numpy as np
 
 from .errors import OptionError
-from .mixed_source import Mixed, MixedSource, resolve_specs
+from .mixed_source import ROW_MODES, Mixed, MixedSource, resolve_specs
 from .planning import mixture
 from .planning.rows import RowSlice, deal_rows, piece_bytes
 from .planning.shares import Equalize, Planning, epoch_order
@@ -38,30 +38,8 @@ if TYPE_CHECKING:
 
     from .io.cache import Cache
 
-ROW_MODES = ("parquet", "json", "csv", "text")
 # Pieces a shuffled stream reads as one, their rows interleaved: what it holds decoded at once.
 BUNDLE_PIECES = 4
-
-
-def refuse_rows(sources: object, *, rows_here: str) -> None:
-    """Refuse a source of a mixture read as loose files whose dict asks for a table's rows (a mode of
-    `ROW_MODES`), saying how the door that checks it mixes tables' rows (`rows_here`): each door's own way,
-    checked with its other options, before any folder is listed.
-
-    Raises:
-        OptionError: naming the first such source and its mode.
-    """
-    if not isinstance(sources, Sequence) or isinstance(sources, str):
-        return  # not a list: resolving the mixture says what to give
-    for i, spec in enumerate(sources):
-        if not isinstance(spec, Mapping):
-            continue
-        if spec.get("mode") in ROW_MODES or spec.get("delta_table") is not None:
-            asks = f"mode {spec['mode']!r}" if spec.get("mode") in ROW_MODES else "a Delta table"
-            raise OptionError(f"sources[{i}] ({spec.get('path')}) asks for {asks}, a table's rows, "
-                              f"in a mixture of loose files: mix tables' rows with {rows_here}"
-                              + (", or give mode='files' in its dict to read its files"
-                                 if spec.get("delta_table") is None else ""))
 
 
 def resolve_tables(sources: Sequence[Mapping[str, Any]], *, epoch_size: int | None = None,

@@ -18,7 +18,6 @@ from .manifest import Manifest
 from .read import DEFAULT_PREFETCH, DEFAULT_PREFETCH_BYTES, ON_ERRORS, CachedFile, OnError, Skipped, default_fetch_threads, without_skips
 from .errors import OptionError
 from .mixed_source import MixedSource, resolve_sources
-from .mixed_table import refuse_rows
 from .source import Source, resolve_source
 from .streaming import Stream
 
@@ -129,8 +128,8 @@ class FileStream(Stream):
             if given:
                 raise OptionError(f"sources= names each folder and its selection: give {given[0]}= in each "
                                   "source's dict, not beside sources=")
-            refuse_rows(sources, rows_here="RowStream(sources=[...])")
-            self._source = resolve_sources(sources, epoch_size=epoch_size, cache_dir=cache_dir)
+            self._source = resolve_sources(sources, rows_here="RowStream(sources=[...])", epoch_size=epoch_size,
+                                           cache_dir=cache_dir)
         self._source.reader.check(balance=balance, on_error=on_error)
         self._planning = plan_mod.Planning(seed, bool(shuffle), balance, equalize)
         self._place(rank, world_size, worker, num_workers, cache_dir, cache_limit, verify)

@@ -23,7 +23,7 @@ from typing import Iterator, Union
 import datasets
 import pyarrow as pa
 
-from air_core.doors import EQUALIZES, MODES, ON_ERRORS, Cache, MixedSource, MixedTable, OptionError, Planning, Source, TableReader, check_columns, default_fetch_threads, detect_rank, freeze_inherited, refuse_rows, resolve_mixture, resolve_source, resolve_sources, volume, without_skips
+from air_core.doors import EQUALIZES, MODES, ON_ERRORS, Cache, MixedSource, MixedTable, OptionError, Planning, Source, TableReader, check_columns, default_fetch_threads, detect_rank, freeze_inherited, resolve_mixture, resolve_source, resolve_sources, volume, without_skips
 from air_core.doors import options as check
 
 from . import media, rows
@@ -173,9 +173,8 @@ class UCVolumeConfig(datasets.BuilderConfig):
 def _resolve(config: UCVolumeConfig, features: datasets.Features | None) -> Source | MixedSource | MixedTable:
     if config.sources is not None:
         if config.mode == "files":
-            refuse_rows(config.sources, rows_here="load_dataset('uc-volume', sources=[...]) in mode 'auto' (the "
-                        "default)")
-            return resolve_sources(config.sources, epoch_size=config.epoch_size, cache_dir=config.node_cache_dir)
+            return resolve_sources(config.sources, rows_here="load_dataset('uc-volume', sources=[...]) in mode 'auto' "
+                                   "(the default)", epoch_size=config.epoch_size, cache_dir=config.node_cache_dir)
         if config.mode != "auto":
             raise OptionError(f"mode={config.mode!r} beside sources=: give mode= in each source's dict (or "
                               "mode='files' to read every source as loose files)")

@@ -642,3 +642,8 @@ def test_a_mixture_refuses_what_it_does_not_read_yet(volume, hf_cache):
                                           r"mixture of loose files: mix tables' rows with load_dataset\('uc-volume'"):
         load_dataset("uc-volume", sources=sources + [{"path": volume.path("rows"), "repeat": 1, "mode": "json"}],
                      mode="files", split="train", streaming=True, cache_dir=hf_cache)
+    with pytest.raises(OptionError, match=r"sources\[1\] \(.*rows\) is read in mode 'json' \(what its files are\), a "
+                                          r"table's rows, in a mixture of loose files: mix tables' rows with "
+                                          r"load_dataset\('uc-volume'"):
+        load_dataset("uc-volume", sources=sources + [{"path": volume.path("rows"), "repeat": 1, "mode": "auto"}],
+                     mode="files", split="train", streaming=True, cache_dir=hf_cache)

@@ -581,3 +581,8 @@ def test_a_mixture_refuses_a_selection_beside_its_sources_and_files_beside_table
                                           r"in a mixture of loose files: mix tables' rows with read_uc_volume\("):
         read_uc_volume(sources=mixture(volume) + [{"path": volume.path("table"), "choose": 5, "mode": "parquet"}],
                        mode="files")
+    with pytest.raises(OptionError, match=r"sources\[2\] \(.*table\) is read in mode 'parquet' \(what its files are\), "
+                                          r"a table's rows, in a mixture of loose files: mix tables' rows with "
+                                          r"read_uc_volume\("):
+        read_uc_volume(sources=mixture(volume) + [{"path": volume.path("table"), "choose": 5, "mode": "auto"}],
+                       mode="files")

@@ -1,9 +1,11 @@
 """Mixtures through FileStream(sources=[...]): each source's count per epoch, exactly once over a grid, equal
 counts, resume on another grid past the first epoch, small pickles and states, and each refusal."""
 
+import io
 import json
 import pickle
 import random
+import tarfile
 from collections import Counter
 
 import pytest
@@ -196,9 +198,27 @@ def test_epoch_size_with_repeat_or_choose_and_options_beside_sources_are_refused
         FileStream(mix.path("chat"), epoch_size=10)
 
 
+def test_a_mixture_of_loose_files_names_no_door_that_would_refuse_a_source_too(mix):
+    """A WebDataset source is neither loose files nor a table's rows: no mixture reads it, so no hint to RowStream."""
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w") as tf:
+        info = tarfile.TarInfo("k0.txt")
+        info.size = 2
+        tf.addfile(info, io.BytesIO(b"hi"))
+    mix.write("tars/a.tar", out.getvalue())
+    with pytest.raises(OptionError, match=r"sources\[1\] \(.*tars\) is read in mode 'webdataset': a mixture reads "
+                                          r"loose files \(mode 'files'\) or tables' rows \(modes parquet, json, csv, "
+                                          r"text\), not mode 'webdataset'; give mode='files' in its dict") as got:
+        FileStream(sources=[{"path": mix.path("chat"), "choose": 2},
+                            {"path": mix.path("tars"), "choose": 1, "mode": "auto"}])
+    assert "RowStream" not in str(got.value)
+
+
 def test_a_mixture_of_a_source_in_another_mode_is_refused(mix):
     mix.write("rows/a.jsonl", '{"x": 1}\n')
-    with pytest.raises(OptionError, match=r"sources\[1\] \(.*rows\) is read in mode 'json'"):
+    with pytest.raises(OptionError, match=r"sources\[1\] \(.*rows\) is read in mode 'json' \(what its files are\), "
+                                          r"a table's rows, in a mixture of loose files: mix tables' rows with "
+                                          r"RowStream\(sources=\[...\]\), or give mode='files'"):
         FileStream(sources=[{"path": mix.path("chat"), "choose": 2},
                             {"path": mix.path("rows"), "choose": 1, "mode": "auto"}])
     with pytest.raises(OptionError, match=r"sources\[1\] \(.*rows\) asks for mode 'json', a table's rows, in a "
