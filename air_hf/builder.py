@@ -27,7 +27,7 @@ from air_core.doors import EQUALIZES, MODES, ON_ERRORS, Cache, MixedSource, Mixe
 from air_core.doors import options as check
 
 from . import media, rows
-from .examples import SHIFT, Tables, epoch_of
+from .examples import EPOCH, Tables
 from .shards import check_drop, shard_count
 from .split_layout import by_split
 
@@ -239,7 +239,7 @@ class UCVolume(datasets.ArrowBasedBuilder):
                 check_drop(reader.count(pieces), reader.counts, n)
             # A mixture's shards are slots: slot j reads part j of the epoch datasets iterates (air_hf.examples),
             # so every epoch is read whole, whichever rank and worker each slot goes to.
-            return [datasets.SplitGenerator(name="train", gen_kwargs={"shards": list(range(n)), "parts": n, SHIFT: 0})]
+            return [datasets.SplitGenerator(name="train", gen_kwargs={"shards": list(range(n)), "parts": n, EPOCH: 0})]
         listed = by_split(self._source.manifest.paths.tolist())
         generators = []
         for split, files in listed.items():
@@ -274,12 +274,10 @@ class UCVolume(datasets.ArrowBasedBuilder):
         return self._dealt[1]
 
     def _generate_tables(self, shards: list, parts: int | None = None,
-                         epoch_shift: int = 0) -> Iterator[tuple[int, pa.Table]]:
+                         epoch: int = 0) -> Iterator[tuple[int, pa.Table]]:
         freeze_inherited()
         c, reader = self.config, self._source.reader
-        epoch = 0
         if parts is not None:  # a mixture: `shards` are slots of the epoch being iterated
-            epoch = epoch_of(epoch_shift)
             dealt = self._epoch_parts(epoch, parts)
             shards = [dealt[j] for j in shards]
         cache = Cache(c.node_cache_dir, limit_bytes=c.node_cache_limit, verify=c.verify)

@@ -20,11 +20,13 @@ public way to say it: the epoch lives on the `IterableDataset` the user last
 derived (`split_dataset_by_node`, `map`, `shuffle` each make a new one, with
 an epoch of its own), and reaches the examples iterables under it only as a
 shift of their random seeds: every pass of an epoch e > 0 calls
-`shift_rngs(e)` on each iterable that has the method, and inside a
-DataLoader worker `shift_rngs(worker id)` too (datasets 5.2,
-`IterableDataset._prepare_ex_iterable_for_iteration` and `_iter_pytorch`).
-The iterable adds the shifts up into a gen_kwarg, `SHIFT`, which the tables
-function turns into the epoch with `epoch_of`.
+`shift_rngs(e)` on each iterable that has the method (datasets 5.2,
+`IterableDataset._prepare_ex_iterable_for_iteration`). The iterable adds the
+shifts up into a gen_kwarg, `EPOCH`, which the tables function reads as the
+epoch. A DataLoader worker shifts the seeds by its id too, right after
+taking its shards (`_iter_pytorch`): the iterable leaves out the one shift
+that follows a split into this worker's shards, so `ds.iter()` called
+inside a worker, which takes no such split, reads the right epoch as well.
 
 Both rely on what is private to `datasets`; this module is the one place
 that does, and `tests/test_hf.py` fails first, saying so, if a release
@@ -46,14 +48,15 @@ from datasets.features.features import require_decoding
 from datasets.formatting import PythonFormatter
 from datasets.iterable_dataset import ArrowExamplesIterable, _batch_to_examples, _split_gen_kwargs
 
-SHIFT = "epoch_shift"  # the gen_kwarg that carries the shifts (an int, not a list: never split into shards)
+EPOCH = "epoch"  # the gen_kwarg that adds up the epochs' shifts (an int, not a list: never split into shards)
 ROWS_AT_ONCE = 1000  # rows converted to Python at once, where they need no decoding (datasets: 10)
 
 
 class Tables(ArrowExamplesIterable):
-    """An `ArrowExamplesIterable` that reports `features` and adds up the seed shifts into its `SHIFT` gen_kwarg."""
+    """An `ArrowExamplesIterable` that reports `features` and adds up the epochs' seed shifts into its `EPOCH` gen_kwarg."""
 
     _features: datasets.Features | None
+    _worker_split: bool  # the DataLoader worker's own shards: the next shift is the worker's id, not an epoch
 
     @classmethod
     def of(cls, plain: ArrowExamplesIterable, features: datasets.Features | None) -> Tables:
@@ -62,6 +65,7 @@ class Tables(ArrowExamplesIterable):
         it = cls.__new__(cls)
         it.__dict__.update(plain.__dict__)
         it._features = None if features is None or any(require_decoding(f) for f in features.values()) else features
+        it._worker_split = False
         return it
 
     @property
@@ -95,24 +99,27 @@ class Tables(ArrowExamplesIterable):
                 state["shard_example_idx"] = 0
 
     def shift_rngs(self, value: int) -> Tables:
-        if SHIFT not in self.kwargs:
+        if EPOCH not in self.kwargs:
             return self
         it = Tables.of(self, self._features)
-        it.kwargs = {**self.kwargs, SHIFT: self.kwargs[SHIFT] + value}
+        if not self._worker_split:
+            it.kwargs = {**self.kwargs, EPOCH: self.kwargs[EPOCH] + value}
         return it
 
     def shuffle_data_sources(self, generator) -> Tables:  # noqa: ANN001 - datasets' signature
         return Tables.of(super().shuffle_data_sources(generator), self._features)
 
     def shard_data_sources(self, num_shards: int, index: int, contiguous: bool = True) -> Tables:
-        return Tables.of(super().shard_data_sources(num_shards, index, contiguous=contiguous), self._features)
+        it = Tables.of(super().shard_data_sources(num_shards, index, contiguous=contiguous), self._features)
+        it._worker_split = _this_worker() == (num_shards, index)
+        return it
 
     def reshard_data_sources(self) -> Tables:
         return Tables.of(super().reshard_data_sources(), self._features)
 
 
-def epoch_of(shift: int) -> int:
-    """The epoch being generated, from the shifts `Tables` added up: less the DataLoader worker's id, in one."""
+def _this_worker() -> tuple[int, int] | None:
+    """(workers, this one's id) inside a DataLoader worker, else None."""
     # Like datasets, only look for a worker when torch is loaded: importing it costs seconds.
     worker = sys.modules["torch.utils.data"].get_worker_info() if "torch.utils.data" in sys.modules else None
-    return shift - worker.id if worker is not None else shift
+    return (worker.num_workers, worker.id) if worker is not None else None

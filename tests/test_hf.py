@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 import pytest
 from datasets import load_dataset
 from PIL import Image
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, IterableDataset
 from torchdata.stateful_dataloader import StatefulDataLoader
 
 import air_hf
@@ -468,10 +468,8 @@ def test_a_mixture_reads_each_sources_share_in_equal_shards(volume, hf_cache):
     assert all(len(r["bytes"]) == r["size"] for rows in by_rank for r in rows)
 
 
-def seen_epochs(shards, epoch_shift):
-    from air_hf.examples import epoch_of
-
-    yield 0, pa.table({"shard": shards, "epoch": [epoch_of(epoch_shift)] * len(shards)})
+def seen_epochs(shards, epoch):
+    yield 0, pa.table({"shard": shards, "epoch": [epoch] * len(shards)})
 
 
 @pytest.mark.parametrize("workers", [0, pytest.param(2, marks=pytest.mark.slow)])
@@ -479,9 +477,9 @@ def test_datasets_tells_an_epoch_to_the_tables_function_through_its_seed_shifts(
     # The private protocol air_hf.examples relies on: if a release of datasets changes it, this fails first.
     from datasets.iterable_dataset import ArrowExamplesIterable
 
-    from air_hf.examples import SHIFT, Tables
+    from air_hf.examples import EPOCH, Tables
 
-    plain = ArrowExamplesIterable(seen_epochs, {"shards": [0, 1, 2, 3, 4, 5, 6, 7], SHIFT: 0})
+    plain = ArrowExamplesIterable(seen_epochs, {"shards": [0, 1, 2, 3, 4, 5, 6, 7], EPOCH: 0})
     ds = datasets.IterableDataset(Tables.of(plain, None))
     mine = air_hf.split_for_rank(ds.shuffle(seed=1, buffer_size=2), rank=1, world_size=2)
     loader = DataLoader(mine, batch_size=None, num_workers=workers, persistent_workers=workers > 0)
@@ -490,6 +488,18 @@ def test_datasets_tells_an_epoch_to_the_tables_function_through_its_seed_shifts(
         rows = list(loader)
         assert {r["epoch"] for r in rows} == {epoch}, "datasets no longer shifts seeds by the epoch as 5.2 does"
         assert len(rows) == 4
+
+    class Batches(IterableDataset):
+        """A user's dataset that calls `iter(batch_size=)` itself, inside each DataLoader worker."""
+
+        def __iter__(self):
+            return mine.iter(batch_size=2)
+
+    for epoch in (0, 3):
+        mine.set_epoch(epoch)
+        batches = list(DataLoader(Batches(), batch_size=None, num_workers=workers))
+        assert {e for b in batches for e in b["epoch"]} == {epoch}, "a worker's own shift read as the epoch's"
+        assert sum(len(b["epoch"]) for b in batches) == 4 * max(workers, 1)  # each worker reads the rank's shards
 
 
 def mixture_epoch(sources, epoch, **opts):
