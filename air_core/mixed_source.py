@@ -239,9 +239,10 @@ class MixtureReader:
     def __init__(self, mixed: MixedSource) -> None:
         self.mixed = mixed
 
-    def epoch_pieces(self, epoch: int, *, seed: int) -> list[int]:
-        """The items `epoch` holds (with repeats), the sources interleaved: a door that deals them itself."""
-        return self.mixed.epoch(epoch, seed).items.tolist()
+    def epoch_pieces(self, planning: plan_mod.Planning, *, epoch: int) -> list[int]:
+        """The items `epoch` holds (with repeats, drawn by the planning's `seed`), the sources interleaved: a door
+        that deals them itself."""
+        return self.mixed.epoch(epoch, planning.seed).items.tolist()
 
     def pieces(self, files: Sequence[int]) -> list[int]:
         return list(files)

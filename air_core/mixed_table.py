@@ -193,9 +193,11 @@ class MixedTableReader(TableReader):
     def weights(self, pieces: Sequence[Any]) -> list[int]:
         return [piece_bytes(p) for p in pieces]
 
-    def epoch_pieces(self, epoch: int, *, seed: int) -> list[MixedPiece]:
-        """The pieces of `epoch`, the sources alternating in their proportions: a door that deals them itself."""
-        return _interleaved([p for pieces in self._source_pieces(epoch, seed) for p in pieces], len(self._units))
+    def epoch_pieces(self, planning: Planning, *, epoch: int) -> list[MixedPiece]:
+        """The pieces of `epoch` (rows drawn by the planning's `seed`), the sources alternating in their
+        proportions: a door that deals them itself."""
+        return _interleaved([p for pieces in self._source_pieces(epoch, planning.seed) for p in pieces],
+                            len(self._units))
 
     def _source_pieces(self, epoch: int, seed: int) -> list[list[MixedPiece]]:
         """Each source's pieces of `epoch`, in its units' order: exactly its count of rows."""
@@ -273,7 +275,7 @@ class MixedTableReader(TableReader):
                               [([(at[s], rows) for s, rows in takes], seed) for takes, seed in reads])
 
     def read_pieces(self, pieces: Sequence[MixedPiece], cache: Cache, *, columns: Sequence[str] | None,
-                    fetch_threads: int, epoch: int = 0, seed: int = 0, shuffle: bool = False,
+                    fetch_threads: int, planning: Planning = Planning(), epoch: int = 0,
                     on_error: str = "raise", skipped: list[str] | None = None) -> Iterator[tuple[int, pa.Table]]:
         """The pieces' rows, in order: each source's pieces read by its own reader, fetched ahead, one read per
         source; the rows inside a piece in the file's order, so a unit's row range is the same rows in every

@@ -214,8 +214,8 @@ class RowStream(Stream):
         threads = self._fetch_threads or default_fetch_threads(grid.num_workers)
         seen = [0] * len(left)
         pieces = self._source.reader.read_pieces(
-            [r.piece for r in left], self.cache, columns=self._columns, fetch_threads=threads, epoch=self._epoch,
-            seed=self._planning.seed, shuffle=self._planning.shuffle, on_error=self._on_error,
+            [r.piece for r in left], self.cache, columns=self._columns, fetch_threads=threads,
+            planning=self._planning, epoch=self._epoch, on_error=self._on_error,
             skipped=self._skipped)
         self._pass_end = first + len(left)
         for k, table in pieces:

@@ -233,7 +233,7 @@ class UCVolume(datasets.ArrowBasedBuilder):
         c, reader = self.config, self._source.reader
         world_size = c.world_size or detect_rank()[1]
         if isinstance(self._source, (MixedSource, MixedTable)):
-            pieces = reader.epoch_pieces(0, seed=c.seed)  # every epoch holds as many items
+            pieces = reader.epoch_pieces(c.planning, epoch=0)  # every epoch holds as many items
             n = shard_count(len(pieces), world_size=world_size, num_workers=c.num_workers)
             if c.equalize == "drop":
                 check_drop(reader.count(pieces), reader.counts, n)
@@ -270,7 +270,7 @@ class UCVolume(datasets.ArrowBasedBuilder):
         """A mixture's `epoch` dealt into `parts` shards (the last epoch's kept: a worker reads several)."""
         if self._dealt is None or self._dealt[0] != epoch:
             c, reader = self.config, self._source.reader
-            self._dealt = epoch, reader.deal(reader.epoch_pieces(epoch, seed=c.seed), parts, c.planning)
+            self._dealt = epoch, reader.deal(reader.epoch_pieces(c.planning, epoch=epoch), parts, c.planning)
         return self._dealt[1]
 
     def _generate_tables(self, shards: list, parts: int | None = None,
@@ -286,8 +286,8 @@ class UCVolume(datasets.ArrowBasedBuilder):
         if isinstance(reader, TableReader):
             names, kinds = list(self._features), reader.media()
             pieces = reader.stream_pieces(pieces, c.planning, epoch=epoch)
-            tables = reader.read_tables(pieces, cache, columns=c.columns, fetch_threads=threads, epoch=epoch,
-                                        seed=c.seed, shuffle=c.shuffle, on_error=c.on_error)
+            tables = reader.read_tables(pieces, cache, columns=c.columns, fetch_threads=threads,
+                                        planning=c.planning, epoch=epoch, on_error=c.on_error)
             yield from enumerate(media.table(t.select(names), kinds) for t in tables)
             return
         features = self._features

@@ -249,7 +249,7 @@ def test_the_ranks_of_any_grid_share_the_epochs_rows_once_with_equal_counts_when
         return Counter((p.source, p.unit, i) for p in pieces for i in range(p.start, p.stop))
 
     for epoch in (0, 3):
-        whole = rows(reader.epoch_pieces(epoch, seed=5))
+        whole = rows(reader.epoch_pieces(Planning(5), epoch=epoch))
         assert [sum(c for (s, _, _), c in whole.items() if s == k) for k in range(3)] == counts
         for world_size in range(1, 6):
             for equalize in ("none", "pad", "drop"):

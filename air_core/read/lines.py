@@ -29,6 +29,7 @@ from ..errors import EmptyVolumeError, RecordError
 from ..io.fetch import ordered_map, retrying
 from ..manifest import Manifest
 from ..planning.rows import RowSlice, unit_of
+from ..planning.shares import Planning
 from . import line_spans
 from .line_spans import TAIL_BYTES, Span, Spans, first_record, tail_end
 from .reader import TableReader
@@ -36,8 +37,6 @@ from .row_groups import CountedPart, CountedUnits, localize, within
 
 if TYPE_CHECKING:
     import pyarrow as pa
-
-    from ..planning.shares import Planning
 
 
 log = logging.getLogger("air_core")
@@ -184,18 +183,18 @@ class LinesReader(CountedUnits, TableReader):
     # -- reading ------------------------------------------------------------------------
 
     def read_pieces(self, pieces: Sequence[Piece], cache: Cache, *, columns: Sequence[str] | None,
-                    fetch_threads: int, epoch: int = 0, seed: int = 0, shuffle: bool = False,
+                    fetch_threads: int, planning: Planning = Planning(), epoch: int = 0,
                     on_error: str = "raise", skipped: list[str] | None = None) -> Iterator[tuple[int, pa.Table]]:
         for index, _, table in read_spans(self.source.manifest, pieces, cache, self.format().select(columns),
-                                          local_root=self.source.local, epoch=epoch, seed=seed, shuffle=shuffle,
+                                          local_root=self.source.local, planning=planning, epoch=epoch,
                                           on_error=on_error, skipped=skipped):
             yield index, table
 
     def part(self, pieces: Sequence[Piece], planning: Planning, *, epoch: int) -> LinesPart:
         m = self.source.manifest
         files, local = localize(pieces)
-        return LinesPart(m.root, self.source.local, m.fingerprint, m.rows(files), local, self.format(), epoch,
-                         planning.seed, planning.shuffle)
+        return LinesPart(m.root, self.source.local, m.fingerprint, m.rows(files), local, self.format(), planning,
+                         epoch)
 
 
 class LinesPart(CountedPart):
@@ -208,17 +207,18 @@ class LinesPart(CountedPart):
         readers' own terms (`SPAN_READS`, `SPANS_AHEAD`)."""
         manifest = Manifest.from_rows(self.root, self.listing, self.fingerprint)
         for _, path, table in read_spans(manifest, self.pieces, cache, self.format.select(columns),
-                                         local_root=self.local_root, epoch=self.epoch, seed=self.seed,
-                                         shuffle=self.shuffle, on_error=on_error):
+                                         local_root=self.local_root, planning=self.planning, epoch=self.epoch,
+                                         on_error=on_error):
             yield path, table
 
 
 def read_spans(manifest: Manifest, pieces: Sequence[Piece], cache: Cache, fmt: Format, *, local_root: str,
-               epoch: int, seed: int, shuffle: bool, on_error: str,
+               planning: Planning, epoch: int, on_error: str,
                skipped: list[str] | None = None) -> Iterator[tuple[int, str, pa.Table]]:
     """(piece index, volume path, table) per run of records, in order: each piece's span's records (a row range
-    of them, for a `RowSlice`), in an order seeded by (seed, epoch, span) with `shuffle`; a compressed file's in
-    runs of about `CHUNK_BYTES`. `skipped`: where each record left out under on_error="skip" lay is added to it."""
+    of them, for a `RowSlice`), in an order seeded by (the planning's seed, epoch, span) with its `shuffle`; a
+    compressed file's in runs of about `CHUNK_BYTES`. `skipped`: where each record left out under on_error="skip"
+    lay is added to it."""
     units = [unit_of(p) for p in pieces]
     for index, (piece, (unit, chunks)) in enumerate(zip(pieces, _records(manifest, units, cache, local_root))):
         path = manifest.volume_path(unit.file)
@@ -229,10 +229,10 @@ def read_spans(manifest: Manifest, pieces: Sequence[Piece], cache: Cache, fmt: F
                 break
             table = _parse(fmt, _Where(manifest, unit, base, lines, local_root), data, on_error, skipped)
             table, done = within(table, done, lo, hi), done + table.num_rows
-            if shuffle and table.num_rows > 1:
+            if planning.shuffle and table.num_rows > 1:
                 # Seeded by the file's name, not its place in a listing: a Ray task's part renumbers its files.
-                rng = np.random.default_rng((seed, epoch, zlib.crc32(manifest.paths[unit.file].encode()), unit.index,
-                                             k))
+                rng = np.random.default_rng((planning.seed, epoch, zlib.crc32(manifest.paths[unit.file].encode()),
+                                             unit.index, k))
                 table = table.take(rng.permutation(table.num_rows))
             yield index, path, table
 

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Iterable, Iterator, Sequence
 from ..errors import EmptyVolumeError, ParquetError
 from ..manifest import Manifest
 from ..planning.rows import RowGroup, RowSlice, piece_bytes, unit_of
+from ..planning.shares import Planning
 from .reader import Part, TableReader
 from .row_groups import RowGroupPieces, localize
 
@@ -20,7 +21,6 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
     from ..io.cache import Cache
-    from ..planning.shares import Planning
 
 _FILES_ONLY = ("files mode: {path} is read as Parquet, whose rows are the tables' rows (skipping a file would drop "
                "rows of the table); pass mode='files' to read Parquet files as files")
@@ -63,7 +63,7 @@ class ParquetReader(RowGroupPieces, TableReader):
         return Cache(self.source.cache_dir)
 
     def read_pieces(self, pieces: Sequence[RowGroup | RowSlice], cache: Cache, *, columns: Sequence[str] | None,
-                    fetch_threads: int, epoch: int = 0, seed: int = 0, shuffle: bool = False,
+                    fetch_threads: int, planning: Planning = Planning(), epoch: int = 0,
                     on_error: str = "raise", skipped: list[str] | None = None) -> Iterator[tuple[int, pa.Table]]:
         from . import parquet_io
 

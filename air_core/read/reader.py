@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Iterator, Sequence
 import numpy as np
 
 from ..errors import OptionError
+from ..planning.shares import Planning
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -29,7 +30,7 @@ if TYPE_CHECKING:
     from ..io.cache import Cache
     from ..grid import Grid
     from ..manifest import Manifest
-    from ..planning.shares import Equalize, Planning
+    from ..planning.shares import Equalize
     from ..source import Source
     from ..io.files import CachedFile, Skipped
 
@@ -214,12 +215,12 @@ class TableReader(Reader):
         return {}
 
     def read_pieces(self, pieces: Sequence, cache: Cache, *, columns: Sequence[str] | None, fetch_threads: int,
-                    epoch: int = 0, seed: int = 0, shuffle: bool = False,
+                    planning: Planning = Planning(), epoch: int = 0,
                     on_error: str = "raise", skipped: list[str] | None = None) -> Iterator[tuple[int, pa.Table]]:
         """The pieces' rows, in order, as (position in `pieces`, table): one table or more per piece, through the
-        node cache, fetched ahead; only `columns` when given. `epoch`, `seed` and `shuffle` order the rows inside
-        a piece, where the format does; `on_error="skip"` leaves out a malformed record, where the format has
-        records, and adds where it lay to `skipped`."""
+        node cache, fetched ahead; only `columns` when given. `epoch` and the planning's `seed` and `shuffle` order
+        the rows inside a piece, where the format does; `on_error="skip"` leaves out a malformed record, where the
+        format has records, and adds where it lay to `skipped`."""
         raise NotImplementedError
 
     def stream_pieces(self, pieces: list, planning: Planning, *, epoch: int) -> list:

@@ -127,7 +127,8 @@ def localize(pieces: Sequence[Any]) -> tuple[list[int], list]:
 @dataclass(frozen=True)
 class CountedPart(Part):
     """Units (or row ranges of them) to read elsewhere: their files' rows of the listing, the pieces numbered
-    over them, how they turn into tables (`format`), and the order of rows inside each (epoch, seed, shuffle).
+    over them, how they turn into tables (`format`), and the order of rows inside each (the planning's seed and
+    shuffle, and the epoch).
     Its `rows` are None unless every piece was counted."""
 
     root: str
@@ -136,9 +137,8 @@ class CountedPart(Part):
     listing: list[tuple[str, int, int]]
     pieces: list
     format: Any
+    planning: Planning
     epoch: int
-    seed: int
-    shuffle: bool
 
     @property
     def rows(self) -> int | None:  # type: ignore[override]

@@ -38,14 +38,13 @@ from ..io.cache import Cache
 from ..errors import EmptyVolumeError, RecordError
 from ..manifest import Manifest
 from ..planning.rows import RowSlice, unit_of
+from ..planning.shares import Planning
 from ..io.files import CachedFile, Skipped, read_items
 from .reader import TableReader
 from .row_groups import CountedPart, CountedUnits, localize
 
 if TYPE_CHECKING:
     import pyarrow as pa
-
-    from ..planning.shares import Planning
 
 
 log = logging.getLogger("air_core")
@@ -233,18 +232,18 @@ class WebDatasetReader(CountedUnits, TableReader):
     # -- reading ------------------------------------------------------------------------
 
     def read_pieces(self, pieces: Sequence[Piece], cache: Cache, *, columns: Sequence[str] | None,
-                    fetch_threads: int, epoch: int = 0, seed: int = 0, shuffle: bool = False,
+                    fetch_threads: int, planning: Planning = Planning(), epoch: int = 0,
                     on_error: str = "raise", skipped: list[str] | None = None) -> Iterator[tuple[int, pa.Table]]:
         for index, _, table in read_tars(self.source.manifest, pieces, cache, self.format().select(columns),
-                                  local_root=self.source.local, epoch=epoch, seed=seed, shuffle=shuffle,
+                                  local_root=self.source.local, planning=planning, epoch=epoch,
                                   on_error=on_error, fetch_threads=min(fetch_threads, FETCH_THREADS)):
             yield index, table
 
     def part(self, pieces: Sequence[Piece], planning: Planning, *, epoch: int) -> WebDatasetPart:
         m = self.source.manifest
         files, local = localize(pieces)
-        return WebDatasetPart(m.root, self.source.local, m.fingerprint, m.rows(files), local, self.format(), epoch,
-                              planning.seed, planning.shuffle)
+        return WebDatasetPart(m.root, self.source.local, m.fingerprint, m.rows(files), local, self.format(),
+                              planning, epoch)
 
 
 class WebDatasetPart(CountedPart):
@@ -255,18 +254,19 @@ class WebDatasetPart(CountedPart):
              columns: Sequence[str] | None = None) -> Iterator[tuple[str, pa.Table]]:
         manifest = Manifest.from_rows(self.root, self.listing, self.fingerprint)
         tables = read_tars(manifest, self.pieces, cache, self.format.select(columns), local_root=self.local_root,
-                           epoch=self.epoch, seed=self.seed, shuffle=self.shuffle, on_error=on_error,
+                           planning=self.planning, epoch=self.epoch, on_error=on_error,
                            fetch_threads=min(fetch_threads, FETCH_THREADS), prefetch=min(prefetch, TARS_AHEAD),
                            prefetch_bytes=min(prefetch_bytes, TARS_AHEAD_BYTES))
         return ((path, table) for _, path, table in tables)
 
 
 def read_tars(manifest: Manifest, pieces: Sequence[Piece], cache: Cache, fmt: TarFormat, *, local_root: str,
-              epoch: int, seed: int, shuffle: bool, on_error: str, fetch_threads: int = FETCH_THREADS,
+              planning: Planning, epoch: int, on_error: str, fetch_threads: int = FETCH_THREADS,
               prefetch: int = TARS_AHEAD,
               prefetch_bytes: int = TARS_AHEAD_BYTES) -> Iterator[tuple[int, str, pa.Table]]:
     """(piece index, volume path, table) per run of samples, in order: each piece's tar's samples (a row range of them, for a
-    `RowSlice`), in an order seeded by (seed, epoch, tar) with `shuffle`, at most `SAMPLES_PER_TABLE` a table."""
+    `RowSlice`), in an order seeded by (the planning's seed, epoch, tar) with its `shuffle`, at most
+    `SAMPLES_PER_TABLE` a table."""
     units = [unit_of(p) for p in pieces]
     fields = fmt.fields()
     fetched = _fetch(manifest, [u.file for u in units], cache, local_root, on_error=on_error,
@@ -287,8 +287,9 @@ def read_tars(manifest: Manifest, pieces: Sequence[Piece], cache: Cache, fmt: Ta
             samples = shard.samples
             lo, hi = (piece.start, min(piece.stop, len(samples))) if isinstance(piece, RowSlice) else (0, len(samples))
             order = np.arange(lo, hi)
-            if shuffle and len(order) > 1:
-                rng = np.random.default_rng((seed, epoch, zlib.crc32(manifest.paths[unit_of(piece).file].encode())))
+            if planning.shuffle and len(order) > 1:
+                name = manifest.paths[unit_of(piece).file]
+                rng = np.random.default_rng((planning.seed, epoch, zlib.crc32(name.encode())))
                 order = rng.permutation(order)
             for batch in _batches(samples, order.tolist(), fields):
                 yield index, got.path, _table(shard, [samples[k] for k in batch], fields, on_error)
