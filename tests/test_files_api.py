@@ -356,7 +356,8 @@ def test_fsspec_uc_protocol_for_pandas_and_pyarrow(files_api):
     table = pa.table({"id": list(range(50_000))})
     pq.write_table(table, v.local("t/p.parquet"), row_group_size=10_000)
     fs = fsspec.filesystem("uc")
-    assert sorted(fs.ls("uc://main/ml/raw/t", detail=False)) == [v.path("t/a.csv"), v.path("t/p.parquet")]
+    assert sorted(fs.ls("uc://main/ml/raw/t", detail=False)) == ["main/ml/raw/t/a.csv", "main/ml/raw/t/p.parquet"]
+    assert fs.ls(v.path("t"), detail=False) == fs.ls("main/ml/raw/t", detail=False)  # a volume path names it too
     assert fs.info("uc://main/ml/raw/t")["type"] == "directory"
     assert fs.info(v.path("t/a.csv"))["size"] == len("id,name\n1,a\n2,b\n")
     assert pd.read_csv("uc://main/ml/raw/t/a.csv")["name"].tolist() == ["a", "b"]
@@ -373,6 +374,23 @@ def test_fsspec_uc_protocol_for_pandas_and_pyarrow(files_api):
     assert not v.local("out/new.bin").exists()
     with pytest.raises(FileNotFoundError):
         fs.info("uc://main/ml/raw/nope")
+
+
+def test_hf_own_builders_read_uc_urls(files_api, tmp_path):
+    """datasets' csv and parquet builders, given uc:// data files, read them through the fsspec protocol."""
+    datasets = pytest.importorskip("datasets")
+    import air_core.io.ucfs  # noqa: F401  (registers "uc")
+
+    v = files_api
+    v.write("t/a.csv", "id,name\n1,a\n2,b\n")
+    v.local("p").mkdir(parents=True)
+    pq.write_table(pa.table({"id": list(range(2_000))}), v.local("p/x.parquet"), row_group_size=500)
+    csv = datasets.load_dataset("csv", data_files="uc://main/ml/raw/t/a.csv", split="train", streaming=True,
+                                cache_dir=str(tmp_path / "hf"))
+    assert [r["name"] for r in csv] == ["a", "b"]
+    table = datasets.load_dataset("parquet", data_files="uc://main/ml/raw/p/*.parquet", split="train",
+                                  streaming=True, cache_dir=str(tmp_path / "hf"))
+    assert sum(len(b["id"]) for b in table.iter(batch_size=700)) == 2_000
 
 
 def test_hf_uc_volume_builder_streams_over_files_api(files_api):

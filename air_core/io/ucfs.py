@@ -7,7 +7,8 @@
     pq.read_table("/Volumes/main/ml/raw/tables/t", filesystem=fs)
 
 `uc://<catalog>/<schema>/<volume>/<path>` and `/Volumes/...` name the same
-file. Reads are ranged requests over the Files API (a file's last 64 KiB in
+file; the file system names it `<catalog>/<schema>/<volume>/<path>` (as s3
+names `<bucket>/<key>`), so a tool that puts `uc://` back gets the URL. Reads are ranged requests over the Files API (a file's last 64 KiB in
 one, for footers), writes a whole object on close. This goes straight to the
 volume, not through the node cache: it is for other tools' one-off reads.
 """
@@ -29,17 +30,20 @@ class UCVolumeFileSystem(AbstractFileSystem):
     """Volume paths as an fsspec file system (protocol `uc`)."""
 
     protocol = PROTOCOL
-    root_marker = "/"
+    root_marker = ""  # names are `<catalog>/<schema>/<volume>/<path>`, as s3's are `<bucket>/<key>`
 
     @classmethod
     def _strip_protocol(cls, path) -> str:
+        """`uc://c/s/v/p`, `/Volumes/c/s/v/p`, `dbfs:/Volumes/c/s/v/p` or `c/s/v/p`: `c/s/v/p`."""
         path = path if isinstance(path, str) else str(path)
         if path.startswith(f"{PROTOCOL}://"):
-            path = "/Volumes/" + path[len(PROTOCOL) + 3:]
-        return volume.parse(path).path
+            path = path[len(PROTOCOL) + 3:]
+        if not path.startswith(("/", "dbfs:")):
+            path = "/Volumes/" + path
+        return volume.parse(path).path[len("/Volumes/"):]
 
     def _local(self, path: str) -> str:
-        return volume.parse(self._strip_protocol(path)).local
+        return volume.parse("/Volumes/" + self._strip_protocol(path)).local
 
     def ls(self, path, detail=True, **kwargs):
         path = self._strip_protocol(path)
