@@ -16,8 +16,7 @@ from dataclasses import dataclass
 
 from .errors import VolumePathError
 from .io import transport
-
-VOLUMES_ROOT_ENV = "AIR_VOLUMES_ROOT"
+from .io.transport import VOLUMES_ROOT_ENV
 _SHAPE = "/Volumes/<catalog>/<schema>/<volume>/<path...>"
 
 

@@ -89,7 +89,9 @@ class FilesApiServer:
 
     Use as a context manager, or `start()` / `stop()`. `host` is what
     `WorkspaceClient(host=..., token=...)` takes; `trace` holds a `Request`
-    per answered request (`clear_trace()` empties it).
+    per answered request (`clear_trace()` empties it); `peak_unanswered` is
+    the most requests that waited for their answer at once, what a client's
+    bound on its requests in flight keeps down.
     """
 
     def __init__(self, root: str | os.PathLike, *, token: str = "dapi-test", page_size: int = MAX_PAGE) -> None:
@@ -98,6 +100,8 @@ class FilesApiServer:
         self.page_size = min(page_size, MAX_PAGE)
         self.faults = Faults()
         self.trace: list[Request] = []
+        self.peak_unanswered = 0
+        self._unanswered = 0
         self._trace_lock = threading.Lock()
         self._httpd: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -146,6 +150,12 @@ class FilesApiServer:
     def _record(self, request: Request) -> None:
         with self._trace_lock:
             self.trace.append(request)
+            self._unanswered += 1
+            self.peak_unanswered = max(self.peak_unanswered, self._unanswered)
+
+    def _answered(self) -> None:
+        with self._trace_lock:
+            self._unanswered -= 1
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -180,6 +190,7 @@ class _Handler(BaseHTTPRequestHandler):
         # Traced before it is answered, and filled in as it is: a client that has its answer finds it there.
         self._request = Request(method, vpath, endpoint, self.headers.get("Range"), 0, 0)
         self.owner._record(self._request)
+        self._waiting = True
         try:
             body = self._body() if method in ("PUT", "POST") else b""
             faults = self.owner.faults
@@ -207,6 +218,8 @@ class _Handler(BaseHTTPRequestHandler):
             serve(vpath, local, query, body)
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True
+        finally:
+            self._answer()
 
     # --- files ---------------------------------------------------------------------------------
 
@@ -328,8 +341,15 @@ class _Handler(BaseHTTPRequestHandler):
         length = int(self.headers.get("Content-Length") or 0)
         return self.rfile.read(length) if length else b""
 
+    def _answer(self) -> None:
+        """Count the request answered, once: when its status line goes out, or when it is given up."""
+        if self._waiting:
+            self._waiting = False
+            self.owner._answered()
+
     def _start(self, status: int, headers: dict[str, str]) -> None:
         self._request.status = status
+        self._answer()
         self.send_response(status)
         for k, v in headers.items():
             self.send_header(k, v)

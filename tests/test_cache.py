@@ -17,6 +17,7 @@ from air_core.io.cache import Cache
 from conftest import wait_for
 
 SCRIPT = Path(__file__).parent / "scripts" / "core_read_all.py"
+LONG = 40 << 20  # bytes the cache copies in ranges of their own (16 MiB each, from 32 MiB), each its own open
 
 
 def slow_env(so, volume, trace=None, **extra):
@@ -171,28 +172,24 @@ def test_a_large_file_arrives_whole_through_concurrent_ranges(volume, netvol_so,
     assert opens(trace)[str(volume.local("big/table.parquet"))] == 5
 
 
-def test_a_range_entry_holds_those_bytes_and_is_kept_counted_and_cleared_like_a_file(volume, monkeypatch):
-    from air_core.io import cache as cache_mod
-
-    data = os.urandom(20_000)
+def test_a_range_entry_holds_those_bytes_and_is_kept_counted_and_cleared_like_a_file(volume):
+    data = os.urandom(LONG + 1000)
     src = volume.write("d/shard.parquet", data)
     vpath, st = volume.path("d/shard.parquet"), src.stat()
-    cache = Cache(os.environ["AIR_CACHE_DIR"], limit_bytes=1 << 20)
+    cache = Cache(os.environ["AIR_CACHE_DIR"], limit_bytes=3 * LONG)
     entry = cache.get(str(src), vpath, st.st_size, st.st_mtime_ns, (1000, 5000))
     assert Path(entry).read_bytes() == data[1000:5000]
     assert stat.S_IMODE(os.stat(entry).st_mode) == 0o600
     assert cache.lookup(vpath, st.st_size, st.st_mtime_ns, (1000, 5000)) == entry
     assert cache.lookup(vpath, st.st_size, st.st_mtime_ns) is None  # the whole file is another entry
     assert cache.lookup(vpath, st.st_size, st.st_mtime_ns + 1, (1000, 5000)) is None  # so is another version
-    monkeypatch.setattr(cache_mod, "_RANGE", 1000)  # a long range: copied in ranges, each its own open
-    monkeypatch.setattr(cache_mod, "_RANGE_FROM", 2000)
-    long = cache.get(str(src), vpath, st.st_size, st.st_mtime_ns, (500, 9700))
-    assert Path(long).read_bytes() == data[500:9700]
-    assert cache.stats.misses == 2 and cache.stats.bytes_fetched == 4000 + 9200
-    assert cache.usage() == 13_200 and cache.info()["entries"] == 2
+    long = cache.get(str(src), vpath, st.st_size, st.st_mtime_ns, (500, 500 + LONG))  # copied in ranges
+    assert Path(long).read_bytes() == data[500:500 + LONG]
+    assert cache.stats.misses == 2 and cache.stats.bytes_fetched == 4000 + LONG
+    assert cache.usage() == 4000 + LONG and cache.info()["entries"] == 2
     with pytest.raises(OptionError, match="not a range of it"):
-        cache.get(str(src), vpath, st.st_size, st.st_mtime_ns, (5000, 20_001))
-    assert cache.clear() == 13_200 and cache.info()["entries"] == 0
+        cache.get(str(src), vpath, st.st_size, st.st_mtime_ns, (5000, len(data) + 1))
+    assert cache.clear() == 4000 + LONG and cache.info()["entries"] == 0
 
 
 def test_a_failed_range_copy_leaves_nothing_to_serve(volume, monkeypatch):
@@ -254,12 +251,8 @@ def test_a_cut_range_entry_is_fetched_again(volume):
     assert Path(again).read_bytes() == data[1000:5000] and cache.stats.damaged == 1
 
 
-def test_verify_fetches_again_a_copy_whose_bytes_changed_under_the_same_length(volume, monkeypatch):
-    from air_core.io import cache as cache_mod
-
-    monkeypatch.setattr(cache_mod, "_RANGE", 1000)  # the large file is copied in ranges, each hashed apart
-    monkeypatch.setattr(cache_mod, "_RANGE_FROM", 2000)
-    small, large = os.urandom(1500), os.urandom(9_700)
+def test_verify_fetches_again_a_copy_whose_bytes_changed_under_the_same_length(volume):
+    small, large = os.urandom(1500), os.urandom(LONG)  # the large file is copied in ranges, each hashed apart
     volume.write("d/small.bin", small)
     volume.write("d/large.bin", large)
     list(FileStream(volume.path("d"), verify=True))  # copies that record their checksums

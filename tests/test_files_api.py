@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import io
 import os
-import threading
 import time
 
 import pyarrow as pa
@@ -183,26 +182,11 @@ def test_requests_in_flight_are_bounded(files_api, monkeypatch):
 
     v, s = files_api, files_api.server
     v.files("imgs", 40)
+    # Read when this test's client is made: the fixture's configuration (its own config file) is this test's.
     monkeypatch.setattr(mod, "MAX_IN_FLIGHT", 4)
-    monkeypatch.setattr(transport, "_chosen", {})
     s.faults.latency_s = 0.05
-    seen, peak = [0], [0]
-    lock = threading.Lock()
-    original = mod.FilesApi._send
-
-    def counting(self, *a, **k):
-        with lock:
-            seen[0] += 1
-            peak[0] = max(peak[0], seen[0])
-        try:
-            return original(self, *a, **k)
-        finally:
-            with lock:
-                seen[0] -= 1
-
-    monkeypatch.setattr(mod.FilesApi, "_send", counting)
     assert len(list(air_core.FileStream(v.path("imgs"), fetch_threads=32))) == 40
-    assert 1 < peak[0] <= 4
+    assert 1 < s.peak_unanswered <= 4
 
 
 def test_credentials_refused_name_host_and_credential(files_api, monkeypatch):
@@ -432,9 +416,13 @@ def test_files_api_forced_without_credentials_says_what_to_set(files_api, monkey
 # --- a full cache, and one key per file -------------------------------------------------------------------
 
 
+FULL = 0  # a cache_limit= that admits nothing: a cache that holds its limit
+
+
 @pytest.fixture
 def full_cache(monkeypatch):
-    """A node cache that admits nothing more, as when it holds its limit."""
+    """Node caches that admit nothing more, as on a full disk: also where no cache_limit= reaches (a pack's
+    index and offsets, a checkpoint's files)."""
     monkeypatch.setattr(Cache, "_reserve", lambda self, nbytes: nbytes <= 0)
 
 
@@ -465,15 +453,14 @@ def test_a_checkpoint_past_a_full_cache_is_read_from_the_api(files_api, request)
     assert {r.path.rsplit("/", 1)[1] for r in _data_requests(files_api.server)} == {".metadata", "__0_0.distcp"}
 
 
-def test_files_past_a_full_cache_come_in_memory_with_no_local_path(files_api, request):
+def test_files_past_a_full_cache_come_in_memory_with_no_local_path(files_api):
     torch_mod = pytest.importorskip("air_core.torch")
     v = files_api
     want = sorted(v.local(p[len(v.vol) + 1:]).read_bytes() for p in v.files("imgs", 8))
-    request.getfixturevalue("full_cache")
-    files = list(air_core.FileStream(v.path("imgs")))
+    files = list(air_core.FileStream(v.path("imgs"), cache_limit=FULL))
     assert all(not f.cached and f.local_path == "" for f in files)  # the volume path is no local file here
     assert sorted(f.read_bytes() for f in files) == want
-    items = list(torch_mod.UCVolumeDataset(v.path("imgs")))  # in-memory files named for their volume paths
+    items = list(torch_mod.UCVolumeDataset(v.path("imgs"), cache_limit=FULL))  # in memory, named for their paths
     assert sorted(item.read() for item in items) == want
     assert sorted(item.name for item in items) == sorted(f.path for f in files)
 
@@ -518,11 +505,10 @@ def test_parquet_ranks_request_only_their_row_groups(files_api):
     assert s.trace == []  # a second epoch: every range from the node cache
 
 
-def test_parquet_ranges_past_a_full_cache(files_api, request):
+def test_parquet_ranges_past_a_full_cache(files_api):
     v, s = files_api, files_api.server
     total = _parquet_tree(v, files=3)
-    request.getfixturevalue("full_cache")
-    streams = [air_core.RowStream(v.path("t"), rank=k, world_size=2) for k in range(2)]
+    streams = [air_core.RowStream(v.path("t"), rank=k, world_size=2, cache_limit=FULL) for k in range(2)]
     s.clear_trace()
     assert sorted(r["id"] for st in streams for r in st) == list(range(120_000))
     # Each rank its own ranges, in memory: the tail and the row group the ranks split are fetched twice.

@@ -396,24 +396,21 @@ def test_a_pack_killed_at_any_point_resumes_where_it_stopped(volume, kill_at):
     assert dict(read(volume.path("packed"))) == loose
 
 
-def test_a_file_that_stays_unreadable_fails_the_pack_and_leaves_no_partial_shard(volume, monkeypatch):
-    from air_core import FetchError
-
-    pack_module = sys.modules["air_core.packs.write"]
+@pytest.mark.slow
+def test_a_file_that_stays_unreadable_fails_the_pack_and_leaves_no_partial_shard(volume, netvol_so):
     loose = loose_files(volume)
-    read_into = pack_module._read_into
-
-    def failing(source, volume_path, mtime_ns, view):
-        if volume_path.endswith("f00040.bin"):  # in the second shard, copied onto the volume as it is built
-            raise FetchError(5, f"cannot read {volume_path}")
-        read_into(source, volume_path, mtime_ns, view)
-
-    monkeypatch.setattr(pack_module, "_read_into", failing)
-    with pytest.raises(FetchError, match="f00040.bin"):
-        pack(volume.path("d"), volume.path("packed"), shard_size=SHARD, row_group_size=SHARD // 4)
+    # Every open of f00040.bin fails on the volume (netvol): it lies in the second shard, copied onto the volume
+    # as it is built.
+    env = slow_env(netvol_so, volume, NETVOL_FAIL_MATCH="f00040")
+    code = ("import sys; from air_core import pack; "
+            "pack(sys.argv[1], sys.argv[2], shard_size=int(sys.argv[3]), row_group_size=int(sys.argv[3]) // 4)")
+    out = subprocess.run([sys.executable, "-c", code, volume.path("d"), volume.path("packed"), str(SHARD)],
+                         env=env, capture_output=True, text=True, timeout=180)
+    assert out.returncode != 0
+    last = out.stderr.strip().splitlines()[-1]
+    assert last.startswith("air_core.errors.FetchError") and "f00040.bin" in last, out.stderr[-3000:]
     left = sorted(p.name for p in volume.local("packed").rglob("*") if p.is_file())
     assert left == [".part-00000.offsets", "part-00000.parquet"]  # the first shard, whole; nothing of the second
-    monkeypatch.setattr(pack_module, "_read_into", read_into)
     again = pack(volume.path("d"), volume.path("packed"), shard_size=SHARD, row_group_size=SHARD // 4)
     assert again.written == len(again.shards) - 1 and dict(read(volume.path("packed"))) == loose
 

@@ -163,7 +163,7 @@ def in_processes(monkeypatch):
         return popen(*args, **kwargs)
 
     monkeypatch.setattr(listing, "HAND_OFF_SECONDS", 0.0)
-    monkeypatch.setattr(listing, "_cores", lambda: 3)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2})  # this process may run on 3 cores
     monkeypatch.setattr(listing.subprocess, "Popen", spy)
     return started
 

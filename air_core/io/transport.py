@@ -28,6 +28,7 @@ from typing import BinaryIO, Callable
 from ..errors import OptionError
 
 TRANSPORT_ENV = "AIR_VOLUMES_TRANSPORT"
+VOLUMES_ROOT_ENV = "AIR_VOLUMES_ROOT"  # a folder that stands for /Volumes: reached over FUSE, unless forced
 TRANSPORTS = ("fuse", "files-api")
 FUSE_ROOT = "/Volumes"
 # What the SDK reads to find a workspace and its credentials: a client is made again when one changes.
@@ -55,10 +56,8 @@ def remote():
     Made once per process and configuration (a forked DataLoader worker makes its own: connections must
     not be shared across processes).
     """
-    from .. import volume
-
     env = os.environ
-    forced, root = env.get(TRANSPORT_ENV), env.get(volume.VOLUMES_ROOT_ENV)
+    forced, root = env.get(TRANSPORT_ENV), env.get(VOLUMES_ROOT_ENV)
     # FUSE, forced or under a folder standing for /Volumes, as `choose` decides: without the SDK's seven
     # variables, which made every path parsed cost as much again as the parse.
     if forced == "fuse" or (root and not forced):
@@ -256,5 +255,5 @@ def _make(forced: str | None, root_set: bool):
     return FilesApi(config[0])
 
 
-__all__ = ["FUSE_ROOT", "TRANSPORTS", "TRANSPORT_ENV", "choose", "entries", "is_dir", "is_file", "listdir", "make_dirs",
-           "open_read", "read_file", "remote", "remove", "remove_tree", "rename", "stat", "write_file"]
+__all__ = ["FUSE_ROOT", "TRANSPORTS", "TRANSPORT_ENV", "VOLUMES_ROOT_ENV", "choose", "entries", "is_dir", "is_file",
+           "listdir", "make_dirs", "open_read", "read_file", "remote", "remove", "remove_tree", "rename", "stat", "write_file"]
