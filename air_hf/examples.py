@@ -41,12 +41,12 @@ from __future__ import annotations
 
 import sys
 
-from itertools import islice
+from itertools import islice, repeat
 
 import datasets
 from datasets.features.features import require_decoding
 from datasets.formatting import PythonFormatter
-from datasets.iterable_dataset import ArrowExamplesIterable, _batch_to_examples, _split_gen_kwargs
+from datasets.iterable_dataset import ArrowExamplesIterable, _split_gen_kwargs
 
 EPOCH = "epoch"  # the gen_kwarg that adds up the epochs' shifts (an int, not a list: never split into shards)
 ROWS_AT_ONCE = 1000  # rows converted to Python at once, where they need no decoding (datasets: 10)
@@ -79,24 +79,21 @@ class Tables(ArrowExamplesIterable):
         # datasets' own loop (ArrowExamplesIterable.__iter__), with its state (shard, example in shard), converting
         # ROWS_AT_ONCE rows at a time rather than 10: in tens, narrow rows (Parquet's id, x, text) cost ~1.6x more.
         formatter = PythonFormatter()
-        state = self._state_dict
-        for gen_kwargs in islice(_split_gen_kwargs(self.kwargs, max_num_jobs=self.num_shards),
-                                 state["shard_idx"] if state else 0, None):
-            start, at = (state["shard_example_idx"] if state else 0), 0
+        state = self._state_dict or {"shard_idx": 0, "shard_example_idx": 0}  # none: a pass nobody resumes
+        for gen_kwargs in islice(_split_gen_kwargs(self.kwargs, max_num_jobs=self.num_shards), state["shard_idx"], None):
+            skip = state["shard_example_idx"]
             for key, table in self.generate_tables_fn(**gen_kwargs):
-                if at + len(table) <= start:
-                    at += len(table)
+                if skip >= len(table):
+                    skip -= len(table)
                     continue
-                for part in table.to_reader(max_chunksize=ROWS_AT_ONCE):
-                    for example in _batch_to_examples(formatter.format_batch(part)):
-                        if at >= start:
-                            if state:
-                                state["shard_example_idx"] += 1
-                            yield key, example
-                        at += 1
-            if state:
-                state["shard_idx"] += 1
-                state["shard_example_idx"] = 0
+                for part in table.slice(skip).to_reader(max_chunksize=ROWS_AT_ONCE):
+                    batch = formatter.format_batch(part)
+                    for example in map(dict, map(zip, repeat(list(batch)), zip(*batch.values()))):
+                        state["shard_example_idx"] += 1
+                        yield key, example
+                skip = 0
+            state["shard_idx"] += 1
+            state["shard_example_idx"] = 0
 
     def shift_rngs(self, value: int) -> Tables:
         if EPOCH not in self.kwargs:
