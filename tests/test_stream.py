@@ -15,6 +15,7 @@ import torch.utils.data
 from conftest import torchrun
 
 from air_core import FileStream, StateError, run_state
+from air_core.read.files import FilesReader
 
 SCRIPT = Path(__file__).parent / "scripts" / "core_ranks.py"
 
@@ -291,3 +292,28 @@ def test_a_warm_pass_yields_every_file_in_order_from_its_copy_up_to_and_past_mis
     assert all(f.read_bytes() == volume.local(f.path.removeprefix(volume.path() + "/")).read_bytes() for f in got)
     assert (again.cache.stats.hits, again.cache.stats.misses) == (1200 - len(removed), len(removed))
     assert again.state_dict()["consumed"] == 1200
+
+
+@pytest.mark.parametrize("planning", [{}, {"equalize": "pad"}, {"balance": "stride", "equalize": "drop"},
+                                      {"shuffle": True, "seed": 5}], ids=["bytes", "pad", "stride-drop", "shuffle"])
+def test_a_stream_plans_again_only_when_the_epoch_changes_its_plan(volume, monkeypatch, planning):
+    volume.files("d", 41, size=lambda i: 100 + (i * 7919) % 900)
+    planned = []
+    plan = FilesReader.plan
+    monkeypatch.setattr(FilesReader, "plan", lambda self, *a, **kw: planned.append(1) or plan(self, *a, **kw))
+    grid = {"rank": 1, "world_size": 3, "worker": 1, "num_workers": 2}
+    stream = FileStream(volume.path("d"), **grid, **planning)
+    for epoch in range(4):
+        stream.set_epoch(epoch)
+        fresh = FileStream(volume.path("d"), **grid, **planning)
+        fresh.set_epoch(epoch)
+        expected = [f.index for f in fresh]
+        assert [f.index for f in stream] == expected
+        stream.items().clear()  # a caller's copy: the next pass keeps its plan
+    passes = 4 if planning.get("shuffle") else 1
+    assert len(planned) == passes + 4
+    half = stream.state_dict()  # at the end of epoch 3: resume its own grid mid-epoch from a later state
+    half["consumed"] = 3
+    stream.load_state_dict(half)
+    assert [f.index for f in stream] == expected[3:]
+
