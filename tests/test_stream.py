@@ -317,3 +317,16 @@ def test_a_stream_plans_again_only_when_the_epoch_changes_its_plan(volume, monke
     stream.load_state_dict(half)
     assert [f.index for f in stream] == expected[3:]
 
+
+def test_a_streams_position_is_its_states(volume):
+    volume.files("d", 10)
+    stream = FileStream(volume.path("d"), worker=1, num_workers=2)
+    part = lambda s: (s["epoch"], s["grid"], s["consumed"])  # noqa: E731
+    assert stream.position() == part(stream.state_dict())  # before any pass
+    it = iter(stream)
+    next(it), next(it)
+    assert stream.position() == part(stream.state_dict()) == (0, [0, 1, 1, 2], 2)
+    state = stream.state_dict()
+    list(it)
+    stream.load_state_dict(state)
+    assert stream.position() == part(state)  # loaded, not yet iterated: where the state said
