@@ -318,6 +318,21 @@ def test_a_stream_plans_again_only_when_the_epoch_changes_its_plan(volume, monke
     assert [f.index for f in stream] == expected[3:]
 
 
+def test_a_mixture_plans_each_epoch_for_its_own_draw(volume):
+    volume.files("a", 12)
+    volume.files("b", 9)
+    sources = [{"path": volume.path("a"), "repeat": 0.5}, {"path": volume.path("b"), "repeat": 1}]
+    stream = FileStream(sources=sources, worker=0, num_workers=2)
+    passes = []
+    for epoch in range(3):
+        stream.set_epoch(epoch)
+        fresh = FileStream(sources=sources, worker=0, num_workers=2)
+        fresh.set_epoch(epoch)
+        passes.append([f.path for f in stream])
+        assert passes[-1] == [f.path for f in fresh]
+    assert len({tuple(p) for p in passes}) > 1  # half of a's files a draw: not the same every epoch
+
+
 def test_a_streams_position_is_its_states(volume):
     volume.files("d", 10)
     stream = FileStream(volume.path("d"), worker=1, num_workers=2)
