@@ -271,6 +271,10 @@ class MixtureReader:
                                    deal_order=ep.deal_order if planning.balance == "bytes" else None)
         return ep.items_at(np.asarray(slots, dtype=np.int64)).tolist()
 
+    def plan_epoch(self, planning: plan_mod.Planning, epoch: int) -> int:
+        """The epoch itself: each epoch draws its own items from the sources (see `Reader.plan_epoch`)."""
+        return epoch
+
     def rank_count(self, rank: int, world_size: int, planning: plan_mod.Planning, *, epoch: int) -> int:
         """How many items `rank` reads in `epoch`."""
         ep = self.mixed.epoch(epoch, planning.seed)

@@ -163,7 +163,7 @@ steps = {
     "read_items": lambda: drain(read_items(m, items, cache)),
     "FileStream pass": lambda: drain(stream),
     "UCVolumeDataset pass": lambda: drain(ours),
-    "FileStream pass of one worker of 6 (its plan and first lookups in it)": lambda: drain(worker),
+    "FileStream pass of one worker of 6 (its first lookups in it; its plan kept from its first pass)": lambda: drain(worker),
     "reference UCVolumeDataset pass": lambda: drain(ref),
     "batch of 32 collated and pickled across, untagged": plain_batches,
     "the same with the resume position tagged on": tagged_batches,

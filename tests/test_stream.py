@@ -15,6 +15,7 @@ import torch.utils.data
 from conftest import torchrun
 
 from air_core import FileStream, StateError, run_state
+from air_core.read.files import FilesReader
 
 SCRIPT = Path(__file__).parent / "scripts" / "core_ranks.py"
 
@@ -291,3 +292,56 @@ def test_a_warm_pass_yields_every_file_in_order_from_its_copy_up_to_and_past_mis
     assert all(f.read_bytes() == volume.local(f.path.removeprefix(volume.path() + "/")).read_bytes() for f in got)
     assert (again.cache.stats.hits, again.cache.stats.misses) == (1200 - len(removed), len(removed))
     assert again.state_dict()["consumed"] == 1200
+
+
+@pytest.mark.parametrize("planning", [{}, {"equalize": "pad"}, {"balance": "stride", "equalize": "drop"},
+                                      {"shuffle": True, "seed": 5}], ids=["bytes", "pad", "stride-drop", "shuffle"])
+def test_a_stream_plans_again_only_when_the_epoch_changes_its_plan(volume, monkeypatch, planning):
+    volume.files("d", 41, size=lambda i: 100 + (i * 7919) % 900)
+    planned = []
+    plan = FilesReader.plan
+    monkeypatch.setattr(FilesReader, "plan", lambda self, *a, **kw: planned.append(1) or plan(self, *a, **kw))
+    grid = {"rank": 1, "world_size": 3, "worker": 1, "num_workers": 2}
+    stream = FileStream(volume.path("d"), **grid, **planning)
+    for epoch in range(4):
+        stream.set_epoch(epoch)
+        fresh = FileStream(volume.path("d"), **grid, **planning)
+        fresh.set_epoch(epoch)
+        expected = [f.index for f in fresh]
+        assert [f.index for f in stream] == expected
+        stream.items().clear()  # a caller's copy: the next pass keeps its plan
+    passes = 4 if planning.get("shuffle") else 1
+    assert len(planned) == passes + 4
+    half = stream.state_dict()  # at the end of epoch 3: resume its own grid mid-epoch from a later state
+    half["consumed"] = 3
+    stream.load_state_dict(half)
+    assert [f.index for f in stream] == expected[3:]
+
+
+def test_a_mixture_plans_each_epoch_for_its_own_draw(volume):
+    volume.files("a", 12)
+    volume.files("b", 9)
+    sources = [{"path": volume.path("a"), "repeat": 0.5}, {"path": volume.path("b"), "repeat": 1}]
+    stream = FileStream(sources=sources, worker=0, num_workers=2)
+    passes = []
+    for epoch in range(3):
+        stream.set_epoch(epoch)
+        fresh = FileStream(sources=sources, worker=0, num_workers=2)
+        fresh.set_epoch(epoch)
+        passes.append([f.path for f in stream])
+        assert passes[-1] == [f.path for f in fresh]
+    assert len({tuple(p) for p in passes}) > 1  # half of a's files a draw: not the same every epoch
+
+
+def test_a_streams_position_is_its_states(volume):
+    volume.files("d", 10)
+    stream = FileStream(volume.path("d"), worker=1, num_workers=2)
+    part = lambda s: (s["epoch"], s["grid"], s["consumed"])  # noqa: E731
+    assert stream.position() == part(stream.state_dict())  # before any pass
+    it = iter(stream)
+    next(it), next(it)
+    assert stream.position() == part(stream.state_dict()) == (0, [0, 1, 1, 2], 2)
+    state = stream.state_dict()
+    list(it)
+    stream.load_state_dict(state)
+    assert stream.position() == part(state)  # loaded, not yet iterated: where the state said

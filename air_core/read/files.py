@@ -46,6 +46,10 @@ class FilesReader(FileRowsReader):
         return resume.plan_resume(m.sizes, grid, resumed_from, planning=planning, epoch=epoch,
                                   by_size=m.largest_first)
 
+    def plan_epoch(self, planning: Planning, epoch: int) -> int:
+        # The deal follows the sizes alone; only the shuffle changes with the epoch.
+        return epoch if planning.shuffle else 0
+
     def rank_count(self, rank: int, world_size: int, planning: Planning, *, epoch: int) -> int:
         m = self.source.manifest
         order = plan_mod.Epoch(m.sizes, epoch=epoch, planning=planning, by_size=m.largest_first)

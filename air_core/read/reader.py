@@ -168,6 +168,11 @@ class FileRowsReader(Reader):
         """The files (listing positions) one stream reads in `epoch`, after resuming the run `resumed_from`."""
         raise NotImplementedError
 
+    def plan_epoch(self, planning: Planning, epoch: int) -> int:
+        """The epoch as far as `plan` depends on it: two epochs with one answer have the same plans (on one grid,
+        from the epoch's start), so a stream may plan once for both."""
+        return epoch
+
     def rank_count(self, rank: int, world_size: int, planning: Planning, *, epoch: int) -> int:
         """How many files `rank` reads in `epoch`, all its DataLoader workers together."""
         raise NotImplementedError

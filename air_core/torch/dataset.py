@@ -189,6 +189,10 @@ class UCVolumeDataset(torch.utils.data.IterableDataset):
         """This stream's progress: its epoch, grid and files (or rows) delivered (see `FileStream.state_dict`)."""
         return self._stream.state_dict()
 
+    def _position(self) -> tuple[int, list[int], Any]:
+        """`(epoch, grid, consumed)` of `state_dict()`, what the DataLoader tags each batch with."""
+        return self._stream.position()
+
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Resume at the next pass: from one stream's state, or a whole run's state on any grid."""
         self._stream.load_state_dict(state_dict)
