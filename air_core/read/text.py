@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from .. import options
-from .lines import Format, LinesReader
+from .lines import Buffer, Format, LinesReader
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -29,13 +29,13 @@ class TextFormat(Format):
     sample_by: str
     columns: tuple[str, ...] | None = None
 
-    def parse(self, data: bytes, *, first: bool) -> pa.Table:
+    def parse(self, data: Buffer, *, first: bool) -> pa.Table:
         import pyarrow as pa
 
         if self.sample_by == "document":
-            rows = pa.array([data.decode("utf-8")], pa.string())
+            rows = pa.array([str(data, "utf-8")], pa.string())
         elif self.sample_by == "paragraph":
-            text = data.decode("utf-8")
+            text = str(data, "utf-8")
             rows = pa.array([p for p in text.split("\n\n") if p], pa.string())  # as HF's text builder
         else:
             rows = _lines(data)
