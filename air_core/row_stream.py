@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence
 
-from . import dist, options
+from . import dist, options, table_pickling
 from .planning import resume
 from .planning import shares as plan_mod
 from .errors import OptionError, StateError
@@ -170,8 +170,12 @@ class RowStream(Stream):
                 pickled, as from a DataLoader worker to its consumer (a 256-row slice of a JSON Lines
                 span, ~16x its rows' bytes). None: the tables as the reader makes them (a span's
                 records, a row group's rows).
+
+        Tables cross from a DataLoader worker (any `multiprocessing` pickling) as Arrow IPC streams
+        (`air_core.table_pickling`), read in place on arrival.
         """
         options.whole("batch_size", batch_size, low=1, optional=True)
+        table_pickling.register()  # in the process that yields them: a DataLoader worker pickles each
         if batch_size is None:
             for run, table in self._read():
                 self._deliver(run, table.num_rows)
