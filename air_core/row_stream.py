@@ -130,8 +130,11 @@ class RowStream(Stream):
                               f"{self._source.mode!r}, a row per file: read it with FileStream, or give the mode "
                               "of its format (mode='json', 'csv', 'text' or 'parquet')")
         reader.check(on_error=on_error, columns=columns)
+        # Worked out here, once: DataLoader workers forked from this process inherit it, and pyarrow imported,
+        # where each worker of each epoch imported pyarrow (0.2 s of CPU) and inferred it from the sample again.
+        names = reader.schema().names
         if columns is not None:
-            check_columns(columns, reader.schema().names)
+            check_columns(columns, names)
         self._columns = list(columns) if columns is not None else None
         self._planning = plan_mod.Planning(seed, shuffle, "bytes", equalize)
         self._place(rank, world_size, worker, num_workers, cache_dir, cache_limit, verify)
