@@ -485,4 +485,4 @@ def _count_newlines(file: BinaryIO, end: int) -> int:
     return n
 
 
-__all__ = ["COMPRESSIONS", "Format", "LinesPart", "LinesReader", "compression", "read_spans"]
+__all__ = ["COMPRESSIONS", "Buffer", "Format", "LinesPart", "LinesReader", "compression", "read_spans"]

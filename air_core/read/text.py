@@ -47,7 +47,7 @@ class TextFormat(Format):
         return data.count(b"\n") + (bool(data) and not data.endswith(b"\n"))
 
 
-def _lines(data: bytes) -> pa.Array:
+def _lines(data: Buffer) -> pa.Array:
     """A string per line of `data`, without its line break (`\\n` or `\\r\\n`), checked as UTF-8."""
     import pyarrow as pa
     import pyarrow.compute as pc
