@@ -5,9 +5,8 @@ pickling of a table copies every buffer twice on the way out (into bytes,
 then into the pickle) and rebuilds each array on the way in: 1.4 µs a row for
 256-row tables of chat records, there and back, against 0.6 µs for an IPC
 stream written once and read in place from the bytes received (measured, one
-process). The
-stream also writes a slice's own rows alone, where pyarrow's pickle carries
-the buffers of the whole table it was cut from.
+process). The stream also writes a slice's own rows alone, where pyarrow's
+pickle carries the buffers of the whole table it was cut from.
 
 Registered with `multiprocessing`'s pickler alone (what DataLoader workers,
 queues and pools use), never with `pickle` itself, once per process, by the
