@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence
 
-from . import dist, options
+from . import dist, options, table_pickling
 from .planning import resume
 from .planning import shares as plan_mod
 from .errors import OptionError, StateError
@@ -130,8 +130,11 @@ class RowStream(Stream):
                               f"{self._source.mode!r}, a row per file: read it with FileStream, or give the mode "
                               "of its format (mode='json', 'csv', 'text' or 'parquet')")
         reader.check(on_error=on_error, columns=columns)
+        # Worked out here, once: DataLoader workers forked from this process inherit it, and pyarrow imported,
+        # where each worker of each epoch imported pyarrow (0.2 s of CPU) and inferred it from the sample again.
+        names = reader.schema().names
         if columns is not None:
-            check_columns(columns, reader.schema().names)
+            check_columns(columns, names)
         self._columns = list(columns) if columns is not None else None
         self._planning = plan_mod.Planning(seed, shuffle, "bytes", equalize)
         self._place(rank, world_size, worker, num_workers, cache_dir, cache_limit, verify)
@@ -170,8 +173,12 @@ class RowStream(Stream):
                 pickled, as from a DataLoader worker to its consumer (a 256-row slice of a JSON Lines
                 span, ~16x its rows' bytes). None: the tables as the reader makes them (a span's
                 records, a row group's rows).
+
+        Tables cross from a DataLoader worker (any `multiprocessing` pickling) as Arrow IPC streams
+        (`air_core.table_pickling`), read in place on arrival.
         """
         options.whole("batch_size", batch_size, low=1, optional=True)
+        table_pickling.register()  # in the process that yields them: a DataLoader worker pickles each
         if batch_size is None:
             for run, table in self._read():
                 self._deliver(run, table.num_rows)

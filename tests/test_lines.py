@@ -252,6 +252,23 @@ def test_a_malformed_record_names_file_line_and_offset(volume, small_spans):
         _read_share(source, 0, 1)
 
 
+def test_a_malformed_record_anywhere_around_a_cut_is_named_and_skipped(volume, small_spans):
+    # A span's records are parsed in place in its cached copy, its last one joined to its run-on: a bad record
+    # on either side of that seam, or first after a cut, is found and said the same.
+    lines = [json.dumps({"id": i, "pad": "p" * 90}) for i in range(120)]
+    starts = np.cumsum([0] + [len(x) + 1 for x in lines])
+    seams = sorted({int(np.searchsorted(starts, cut, side="right")) - 1 + d
+                    for cut in range(2000, int(starts[-1]), 2000) for d in (-1, 0, 1)})
+    for bad in seams:
+        broken = list(lines)
+        broken[bad] = '{"id": ' + str(bad) + ', "pad": '
+        volume.write(f"d{bad}/a.jsonl", "\n".join(broken) + "\n")
+        with pytest.raises(RecordError, match=rf"a\.jsonl, line {bad + 1} \(byte offset {starts[bad]}\)"):
+            _read_share(resolve_source(volume.path(f"d{bad}")), 0, 1)
+        got = _read_share(resolve_source(volume.path(f"d{bad}")), 0, 1, on_error="skip")
+        assert got == [i for i in range(120) if i != bad]
+
+
 def test_a_field_of_another_type_names_it_and_suggests_features(volume):
     pad = "p" * 600  # 2,000 records past the sample the features are inferred from
     lines = [json.dumps({"id": i, "label": "cat", "pad": pad}) for i in range(2000)] + [

@@ -10,6 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from air_core import OptionError, RowStream, StateError, run_state
+from air_core.errors import RecordError
 from air_core.read import line_spans
 
 
@@ -161,3 +162,10 @@ def test_skipped_records_are_listed_and_a_resume_does_not_deliver_them(volume, m
     resumed.load_state_dict(state)
     assert head + ids(resumed) == [i for i in range(100) if i not in (10, 60)]
     assert resumed.skipped == [f"{volume.path('d')}/a.jsonl, line {n}" for n in (11, 61)]
+
+
+def test_the_schema_is_worked_out_when_the_stream_is_made(volume):
+    # Once, in the process that makes the stream: DataLoader workers forked from it inherit it.
+    volume.write("s/a.jsonl", '{"id": 1, "label": "cat"}\n{"id": 2, "label": 3}\n')
+    with pytest.raises(RecordError, match=r"s/a\.jsonl, line 2: the records .* disagree"):
+        RowStream(volume.path("s"))

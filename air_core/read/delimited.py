@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, ClassVar
 from ..errors import OptionError, RecordError
 from ..io import transport
 from ..io.fetch import ordered_map
-from .lines import Format, LinesReader, compression
+from .lines import Buffer, Format, LinesReader, compression
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -35,9 +35,11 @@ class CsvFormat(Format):
     columns: tuple[str, ...] | None = None
     header: ClassVar[bool] = True
 
-    def parse(self, data: bytes, *, first: bool) -> pa.Table:
+    def parse(self, data: Buffer, *, first: bool) -> pa.Table:
         import pyarrow as pa
         import pyarrow.csv as pc
+
+        data = bytes(data)  # its header and blank checks search bytes: one copy, of this run alone
 
         names = self.schema.names
         wanted = list(self.columns) if self.columns is not None else names

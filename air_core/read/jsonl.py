@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ..errors import RecordError
-from .lines import Format, LinesReader
+from .lines import Buffer, Format, LinesReader
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -30,12 +30,12 @@ class JsonFormat(Format):
     schema: pa.Schema
     columns: tuple[str, ...] | None = None
 
-    def parse(self, data: bytes, *, first: bool) -> pa.Table:
+    def parse(self, data: Buffer, *, first: bool) -> pa.Table:
         import pyarrow as pa
         import pyarrow.json as pj
 
         schema = self.schema if self.columns is None else pa.schema([self.schema.field(c) for c in self.columns])
-        if not data or data.isspace():
+        if not len(data):  # blank lines alone parse to no rows as well
             return schema.empty_table()
         if not schema:  # no columns (a count): rows still come one per record
             return JsonFormat(self.schema, self.schema.names[:1]).parse(data, first=first).select([])

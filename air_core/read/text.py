@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from .. import options
-from .lines import Format, LinesReader
+from .lines import Buffer, Format, LinesReader
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -29,13 +29,13 @@ class TextFormat(Format):
     sample_by: str
     columns: tuple[str, ...] | None = None
 
-    def parse(self, data: bytes, *, first: bool) -> pa.Table:
+    def parse(self, data: Buffer, *, first: bool) -> pa.Table:
         import pyarrow as pa
 
         if self.sample_by == "document":
-            rows = pa.array([data.decode("utf-8")], pa.string())
+            rows = pa.array([str(data, "utf-8")], pa.string())
         elif self.sample_by == "paragraph":
-            text = data.decode("utf-8")
+            text = str(data, "utf-8")
             rows = pa.array([p for p in text.split("\n\n") if p], pa.string())  # as HF's text builder
         else:
             rows = _lines(data)
@@ -47,7 +47,7 @@ class TextFormat(Format):
         return data.count(b"\n") + (bool(data) and not data.endswith(b"\n"))
 
 
-def _lines(data: bytes) -> pa.Array:
+def _lines(data: Buffer) -> pa.Array:
     """A string per line of `data`, without its line break (`\\n` or `\\r\\n`), checked as UTF-8."""
     import pyarrow as pa
     import pyarrow.compute as pc
