@@ -41,11 +41,6 @@ class TextFormat(Format):
             rows = _lines(data)
         return pa.table({"text": rows})
 
-    def count(self, data: bytes, *, first: bool) -> int:
-        if self.sample_by != "line":
-            return self.parse(data, first=first).num_rows
-        return data.count(b"\n") + (bool(data) and not data.endswith(b"\n"))
-
 
 def _lines(data: Buffer) -> pa.Array:
     """A string per line of `data`, without its line break (`\\n` or `\\r\\n`), checked as UTF-8."""
