@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any, Iterator, Mapping, Sequence
 
+import numpy as np
+
 from . import dist, heap, options
 from .planning import resume
 from .planning import shares as plan_mod
@@ -138,7 +140,7 @@ class FileStream(Stream):
         self._fetch = {"fetch_threads": fetch_threads, "prefetch": prefetch, "prefetch_bytes": prefetch_bytes,
                        "on_error": on_error}
         self._consumed = 0
-        self._last_plan: tuple[tuple[Grid, int], list[int]] | None = None
+        self._last_plan: tuple[tuple[Grid, int], Sequence[int]] | None = None
         self.skipped: list[str] = []
 
     # -- what the stream holds -------------------------------------------------
@@ -151,7 +153,8 @@ class FileStream(Stream):
 
     def items(self, grid: Grid | None = None) -> list[int]:
         """Manifest indices this stream reads this epoch, in order (no resume applied; a mixture's: see the class)."""
-        return list(self._plan(grid or self.grid(), None))
+        items = self._plan(grid or self.grid(), None)
+        return items.tolist() if isinstance(items, np.ndarray) else list(items)
 
     def __len__(self) -> int:
         """Files this rank reads per epoch, all its DataLoader workers together."""
@@ -177,8 +180,9 @@ class FileStream(Stream):
         else:
             yield from without_skips(self._positions(records), keep_count=self._planning.equalize != "none")
 
-    def _plan(self, grid: Grid, resumed_from: dict | None) -> list[int]:
-        """This stream's items after resuming the run `resumed_from` (not to be changed: it may be the last pass's)."""
+    def _plan(self, grid: Grid, resumed_from: dict | None) -> Sequence[int]:
+        """This stream's items after resuming the run `resumed_from` (not to be changed: it may be the last pass's):
+        a list, or a long share's int64 array (see `Reader.plan`)."""
         reader = self._source.reader
         if resumed_from is not None:
             return _given_back(reader.plan(grid, resumed_from, self._planning, epoch=self._epoch))
@@ -233,7 +237,7 @@ class FileStream(Stream):
         return {**super().__getstate__(), "_last_plan": None}  # a plan is made again where it is used
 
 
-def _given_back(items: list[int]) -> list[int]:
+def _given_back(items: Sequence[int]) -> Sequence[int]:
     """`items`, a plan just made; a long one's temporaries (arrays over its rank's share) given back to the
     system, which the C heap would otherwise keep (see `air_core.heap`)."""
     if len(items) > _REMEMBERED_PLAN:

@@ -291,6 +291,7 @@ def test_a_warm_pass_yields_every_file_in_order_from_its_copy_up_to_and_past_mis
     got = list(again)
     assert [(f.path, f.size, f.index, f.local_path, f.cached) for f in got] == \
         [(f.path, f.size, f.index, f.local_path, True) for f in first]
+    assert {type(f.index) for f in first + got} == {int}  # the plan is an array; what a stream yields is not
     assert all(f.read_bytes() == volume.local(f.path.removeprefix(volume.path() + "/")).read_bytes() for f in got)
     assert (again.cache.stats.hits, again.cache.stats.misses) == (1200 - len(removed), len(removed))
     assert again.state_dict()["consumed"] == 1200

@@ -41,10 +41,10 @@ class FilesReader(FileRowsReader):
     def count(self, pieces: Sequence[int]) -> int:
         return len(pieces)
 
-    def plan(self, grid: Grid, resumed_from: dict | None, planning: Planning, *, epoch: int) -> list[int]:
+    def plan(self, grid: Grid, resumed_from: dict | None, planning: Planning, *, epoch: int) -> np.ndarray:
         m = self.source.manifest
-        return resume.plan_resume(m.sizes, grid, resumed_from, planning=planning, epoch=epoch,
-                                  by_size=m.largest_first)
+        return resume.stream_items(m.sizes, grid, resumed_from, planning=planning, epoch=epoch,
+                                   by_size=m.largest_first)
 
     def plan_epoch(self, planning: Planning, epoch: int) -> int:
         # The deal follows the sizes alone; only the shuffle changes with the epoch.
