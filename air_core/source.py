@@ -308,10 +308,7 @@ def _mode(manifest: Manifest, mode: str) -> str:
 
 def _having(manifest: Manifest, suffixes: Sequence[str]) -> np.ndarray:
     """Which files' names end with one of `suffixes`."""
-    mask = np.zeros(len(manifest), dtype=bool)
-    for suffix in suffixes:
-        mask |= manifest.paths.endswith(suffix)
-    return mask
+    return manifest.paths.endswith(tuple(suffixes))
 
 
 def _select(reader: type[Reader], suffixes: Sequence[str]) -> str:

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 from typing import Any, Iterator, Mapping, Sequence
 
-from . import dist, options
+import numpy as np
+
+from . import dist, heap, options
 from .planning import resume
 from .planning import shares as plan_mod
 from .grid import Grid
@@ -138,7 +140,7 @@ class FileStream(Stream):
         self._fetch = {"fetch_threads": fetch_threads, "prefetch": prefetch, "prefetch_bytes": prefetch_bytes,
                        "on_error": on_error}
         self._consumed = 0
-        self._last_plan: tuple[tuple[Grid, int], list[int]] | None = None
+        self._last_plan: tuple[tuple[Grid, int], Sequence[int]] | None = None
         self.skipped: list[str] = []
 
     # -- what the stream holds -------------------------------------------------
@@ -151,7 +153,8 @@ class FileStream(Stream):
 
     def items(self, grid: Grid | None = None) -> list[int]:
         """Manifest indices this stream reads this epoch, in order (no resume applied; a mixture's: see the class)."""
-        return list(self._plan(grid or self.grid(), None))
+        items = self._plan(grid or self.grid(), None)
+        return items.tolist() if isinstance(items, np.ndarray) else list(items)
 
     def __len__(self) -> int:
         """Files this rank reads per epoch, all its DataLoader workers together."""
@@ -177,17 +180,18 @@ class FileStream(Stream):
         else:
             yield from without_skips(self._positions(records), keep_count=self._planning.equalize != "none")
 
-    def _plan(self, grid: Grid, resumed_from: dict | None) -> list[int]:
-        """This stream's items after resuming the run `resumed_from` (not to be changed: it may be the last pass's)."""
+    def _plan(self, grid: Grid, resumed_from: dict | None) -> Sequence[int]:
+        """This stream's items after resuming the run `resumed_from` (not to be changed: it may be the last pass's):
+        a list, or a long share's int64 array (see `Reader.plan`)."""
         reader = self._source.reader
         if resumed_from is not None:
-            return reader.plan(grid, resumed_from, self._planning, epoch=self._epoch)
+            return _given_back(reader.plan(grid, resumed_from, self._planning, epoch=self._epoch))
         # Unshuffled, every epoch has the plan of the last: a DataLoader worker would plan it again at every
         # pass, ~0.3 ms of its CPU (~1 us an item at 6 workers), for a few hundred files.
         key = (grid, reader.plan_epoch(self._planning, self._epoch))
         if self._last_plan is not None and self._last_plan[0] == key:
             return self._last_plan[1]
-        items = reader.plan(grid, None, self._planning, epoch=self._epoch)
+        items = _given_back(reader.plan(grid, None, self._planning, epoch=self._epoch))
         self._last_plan = (key, items) if len(items) <= _REMEMBERED_PLAN else None
         return items
 
@@ -231,3 +235,11 @@ class FileStream(Stream):
 
     def __getstate__(self) -> dict:
         return {**super().__getstate__(), "_last_plan": None}  # a plan is made again where it is used
+
+
+def _given_back(items: Sequence[int]) -> Sequence[int]:
+    """`items`, a plan just made; a long one's temporaries (arrays over its rank's share) given back to the
+    system, which the C heap would otherwise keep (see `air_core.heap`)."""
+    if len(items) > _REMEMBERED_PLAN:
+        heap.give_back_freed()
+    return items

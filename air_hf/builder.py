@@ -240,7 +240,7 @@ class UCVolume(datasets.ArrowBasedBuilder):
             # A mixture's shards are slots: slot j reads part j of the epoch datasets iterates (air_hf.examples),
             # so every epoch is read whole, whichever rank and worker each slot goes to.
             return [datasets.SplitGenerator(name="train", gen_kwargs={"shards": list(range(n)), "parts": n, EPOCH: 0})]
-        listed = by_split(self._source.manifest.paths.tolist())
+        listed = by_split(self._source.manifest.paths)
         generators = []
         for split, files in listed.items():
             pieces = reader.pieces(files)

@@ -17,6 +17,7 @@ With a split layout, a file outside every split is an error that names it.
 
 from __future__ import annotations
 
+import bisect
 import re
 from typing import Sequence
 
@@ -30,22 +31,49 @@ _ORDER = [str(split) for split in SPLIT_KEYWORDS]
 
 
 def by_split(paths: Sequence[str]) -> dict[str, list[int]]:
-    """Indices of `paths` (relative to the folder) per split: train, validation, test, then others by name."""
-    sharded = [m.group(1) if (m := _SHARDED.fullmatch(p)) else None for p in paths]
-    if any(sharded):
-        found, layout = sharded, "data/{split}-00000-of-00001.* files"
+    """Indices of `paths` (relative to the folder, sorted, as a listing holds them) per split: train, validation,
+    test, then others by name.
+
+    Only paths that may name a split are read: those under `data/` or under a folder named for a split, each
+    a run of the sorted paths found by bisection. A listing's 10^6 paths are not all made strings.
+    """
+    n = len(paths)
+    lo, hi = _under(paths, "data")
+    sharded = [(i, m.group(1)) for i in range(lo, hi) if (m := _SHARDED.fullmatch(paths[i]))]
+    if sharded:
+        runs = [(i, i + 1, split) for i, split in sharded]
+        layout = "data/{split}-00000-of-00001.* files"
     else:
-        found = [_FOLDERS.get(p.split("/", 1)[0]) if "/" in p else None for p in paths]
+        runs = sorted((*_under(paths, word), split) for word, split in _FOLDERS.items())
+        runs = [run for run in runs if run[0] < run[1]]
         layout = "top-level folders named for splits (train/, validation/, test/, ...)"
-        if not any(found):
-            return {"train": list(range(len(paths)))}
-    loose = [p for p, s in zip(paths, found) if s is None]
-    if loose:
+        if not runs:
+            return {"train": list(range(n))}
+    inside = sum(stop - start for start, stop, _ in runs)
+    if inside < n:
+        loose = _outside(paths, runs, 3)
         raise OptionError(
-            f"the folder is laid out in splits, as {layout}, but {len(loose)} file(s) are in none of them, "
-            f"e.g. {', '.join(loose[:3])}: leave them out with exclude=, or give one split's folder as data_dir"
+            f"the folder is laid out in splits, as {layout}, but {n - inside} file(s) are in none of them, "
+            f"e.g. {', '.join(loose)}: leave them out with exclude=, or give one split's folder as data_dir"
         )
     out: dict[str, list[int]] = {}
-    for i, s in enumerate(found):
-        out.setdefault(s, []).append(i)
+    for start, stop, split in runs:
+        out.setdefault(split, []).extend(range(start, stop))
     return {s: out[s] for s in sorted(out, key=lambda s: (_ORDER.index(s) if s in _ORDER else len(_ORDER), s))}
+
+
+def _under(paths: Sequence[str], folder: str) -> tuple[int, int]:
+    """Where the sorted `paths` under the top-level `folder` begin and end (`0` is the character after `/`)."""
+    return bisect.bisect_left(paths, f"{folder}/"), bisect.bisect_left(paths, f"{folder}0")
+
+
+def _outside(paths: Sequence[str], runs: list[tuple[int, int, str]], most: int) -> list[str]:
+    """The first `most` of `paths` that lie in none of `runs` (ascending, disjoint)."""
+    found: list[str] = []
+    at = 0
+    for start, stop, _ in [*runs, (len(paths), len(paths), "")]:
+        found += [paths[i] for i in range(at, min(start, at + most - len(found)))]
+        if len(found) == most:
+            break
+        at = stop
+    return found

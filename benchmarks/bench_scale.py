@@ -167,7 +167,10 @@ print(json.dumps({"save_s": took}))
 
 LIST = r'''
 import sys, time, json
-from air_core.io.listing import list_folder
+try:
+    from air_core import list_folder  # where earlier revisions export it
+except ImportError:
+    from air_core.io.listing import list_folder
 t = time.perf_counter()
 m = list_folder(sys.argv[1])
 print(json.dumps({"list_s": time.perf_counter() - t, "files": len(m)}))
@@ -188,16 +191,23 @@ if what == "hf":
     ds = datasets.load_dataset("uc-volume", data_dir=tree, streaming=True, split="train")
     out = {"hf_setup_s": time.perf_counter() - t, "hf_pss_mb": pss_mb()}
 else:
-    import ray, air_ray
+    import ray
+    from air_ray import UCVolumeDatasource  # air_ray loads it on first use: its import (ray.data) is no setup
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     t = time.perf_counter()
-    source = air_ray.UCVolumeDatasource(tree)
+    source = UCVolumeDatasource(tree)
     built = time.perf_counter() - t
     tasks = source.get_read_tasks(200)
     out = {"ray_construct_s": built, "ray_tasks_s": time.perf_counter() - t - built,
            "ray_setup_s": time.perf_counter() - t, "ray_pss_mb": pss_mb()}
 print(json.dumps(out))
 '''
+
+
+# The measured tree's modules alone: an editable install's finder would lend a tree that lacks a module (an
+# earlier revision's, which has no `air_core.io.listing` or `air_core.planning`) the installed checkout's, and
+# that code would be timed as the earlier one's.
+TREE_ONLY = "import sys; sys.meta_path[:] = [f for f in sys.meta_path if 'editable' not in str(f)]\n"
 
 
 def run(code: str, tree: Path, *args: str, slow: bool = False, timeout: float = 1800) -> dict | None:
@@ -207,7 +217,7 @@ def run(code: str, tree: Path, *args: str, slow: bool = False, timeout: float = 
         env.update(NETVOL, NETVOL_OPEN_MS="0", NETVOL_MBPS="0", LD_PRELOAD=netvol_so())
     env.update(RAY_USAGE_STATS_ENABLED="0", RAY_AUTH_MODE="disabled", HF_DATASETS_OFFLINE="1", HF_HUB_OFFLINE="1")
     try:
-        out = subprocess.run([sys.executable, "-c", code, *args], env=env, capture_output=True, text=True,
+        out = subprocess.run([sys.executable, "-c", TREE_ONLY + code, *args], env=env, capture_output=True, text=True,
                              timeout=timeout)
     except subprocess.TimeoutExpired:
         return None

@@ -305,14 +305,22 @@ def test_splits_come_from_split_folders_or_hub_shard_names():
     from air_hf.split_layout import by_split
 
     assert by_split(["a.bin", "c_test.bin", "runs/eval-3/x.bin"]) == {"train": [0, 1, 2]}  # no keyword guessing
-    layout = ["test/cat/1.jpg", "train/cat/2.jpg", "valid/dog/3.jpg", "dev/dog/4.jpg", "train/dog/5.jpg"]
-    assert by_split(layout) == {"train": [1, 4], "validation": [2, 3], "test": [0]}
-    hub = ["data/test-00000-of-00001.parquet", "data/train-00000-of-00002.parquet",
-           "data/train-00001-of-00002.parquet", "data/extra.v2-00000-of-00001.parquet"]
-    assert by_split(hub) == {"train": [1, 2], "test": [0], "extra.v2": [3]}
+    layout = ["dev/dog/4.jpg", "test/cat/1.jpg", "train/cat/2.jpg", "train/dog/5.jpg", "valid/dog/3.jpg"]
+    assert by_split(layout) == {"train": [2, 3], "validation": [0, 4], "test": [1]}
+    hub = ["data/extra.v2-00000-of-00001.parquet", "data/test-00000-of-00001.parquet",
+           "data/train-00000-of-00002.parquet", "data/train-00001-of-00002.parquet"]
+    assert by_split(hub) == {"train": [2, 3], "test": [1], "extra.v2": [0]}
     with pytest.raises(OptionError, match=r"top-level folders named for splits .* 1 file\(s\) are in none of "
                                           r"them, e.g\. README\.md: leave them out with exclude="):
-        by_split(["train/a.jpg", "README.md"])
+        by_split(["README.md", "train/a.jpg"])
+    # Names beside a split's folder that sort into it (train-x/, train.txt, trainer/) are not in it.
+    near = ["data.csv", "test", "train-x/a.jpg", "train.txt", "train/a.jpg", "train/b/c.jpg", "trainer/d.jpg"]
+    with pytest.raises(OptionError, match=r"5 file\(s\) are in none of them, e\.g\. data\.csv, test, train-x/a\.jpg:"):
+        by_split(near)
+    assert by_split(["dev/a", "dev/b", "test/c", "val/d"]) == {"validation": [0, 1, 3], "test": [2]}
+    with pytest.raises(OptionError, match=r"data/\{split\}.* 2 file\(s\) are in none of them, e\.g\. a\.txt, "
+                                          r"data/notes\.md:"):
+        by_split(["a.txt", "data/notes.md", "data/train-00000-of-00001.parquet"])
 
 
 def test_split_folders_are_splits_and_each_reads_only_its_files(volume, hf_cache):

@@ -146,10 +146,14 @@ def test_listing_is_recursive_sorted_filtered_and_fingerprinted(volume):
 
 
 @given(st.lists(st.text(alphabet="aApPqQrReEtT.[{@`/\u0130\u00e9", min_size=1, max_size=12), max_size=30),
-       st.sampled_from([".parquet", ".PARQUET", ".jpg", "t"]))
-def test_suffix_mask_is_endswith_ignoring_ascii_case(paths, suffix):
+       st.sampled_from([".parquet", ".PARQUET", ".jpg", "t"]),
+       st.lists(st.sampled_from(["", "t", ".T", "@", "`", "{", ".pArquet", "qrET.aq.t"]), max_size=3))
+def test_suffix_mask_is_endswith_ignoring_ascii_case(paths, suffix, more):
     m = Manifest.from_rows("/Volumes/c/s/v/d", [(p, 1, 1) for p in paths])
     assert m.paths.endswith(suffix).tolist() == [p.lower().endswith(suffix.lower()) for p in paths]
+    several = (suffix, *more)  # one pass for several, as str.endswith takes them
+    assert m.paths.endswith(several).tolist() == [p.lower().endswith(tuple(s.lower() for s in several))
+                                                  for p in paths]
 
 
 @pytest.fixture

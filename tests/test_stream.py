@@ -1,10 +1,13 @@
 """FileStream end to end: ranks x workers, resume exactly-once, elastic resume, pickling."""
 
+import ctypes
 import gc
 import json
 import os
 import pickle
 import random
+import subprocess
+import sys
 import threading
 import time
 from collections import Counter
@@ -289,6 +292,7 @@ def test_a_warm_pass_yields_every_file_in_order_from_its_copy_up_to_and_past_mis
     got = list(again)
     assert [(f.path, f.size, f.index, f.local_path, f.cached) for f in got] == \
         [(f.path, f.size, f.index, f.local_path, True) for f in first]
+    assert {type(f.index) for f in first + got} == {int}  # the plan is an array; what a stream yields is not
     assert all(f.read_bytes() == volume.local(f.path.removeprefix(volume.path() + "/")).read_bytes() for f in got)
     assert (again.cache.stats.hits, again.cache.stats.misses) == (1200 - len(removed), len(removed))
     assert again.state_dict()["consumed"] == 1200
@@ -345,3 +349,53 @@ def test_a_streams_position_is_its_states(volume):
     list(it)
     stream.load_state_dict(state)
     assert stream.position() == part(state)  # loaded, not yet iterated: where the state said
+
+
+_PLAN_MEMORY = r'''
+import gc, json, os, sys
+import numpy as np
+from air_core import FileStream, heap, volume
+from air_core.manifest import Manifest
+
+def anon_kb():
+    with open("/proc/self/smaps_rollup") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("Pss_Anon:"))
+
+n = 1_000_000
+names = [f"d{i // 1000:04d}/f{i:07d}.jpg" for i in range(n)]
+sizes = np.random.default_rng(0).lognormal(np.log(150_000), 0.5, n).astype(np.int64) + 1
+m = Manifest.from_columns(sys.argv[1], names, sizes, np.zeros(n, np.int64))
+del names
+m.largest_first  # the listing's own (a saved listing carries it), not the plan's
+stream = FileStream(sys.argv[1], manifest=m, rank=0, world_size=2, worker=0, num_workers=2, shuffle=True,
+                    fetch_threads=1, prefetch=1)
+first = stream.items()[0]
+local = f"{volume.parse(sys.argv[1]).local}/{m.paths[first]}"
+os.makedirs(os.path.dirname(local), exist_ok=True)
+with open(local, "wb") as f:
+    f.truncate(int(m.sizes[first]))
+os.utime(local, ns=(0, 0))
+gc.collect()
+heap.give_back_freed()  # what building the listing and `items()` left
+before = anon_kb()
+it = iter(stream)
+got = next(it)
+print(json.dumps({"first": got.index == first, "grown_kb": anon_kb() - before}))
+'''
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not os.path.exists("/proc/self/smaps_rollup"), reason="measures memory through Linux's /proc")
+@pytest.mark.skipif(not hasattr(ctypes.CDLL(None), "malloc_trim"),
+                    reason="gives the heap back through glibc's malloc_trim; another C library keeps it as it does")
+def test_a_stream_of_a_long_share_holds_its_plan_as_an_array_and_none_of_its_temporaries(volume):
+    # A share of 10^6 files, 250,000 items: its plan's arrays (~4 MB each) come from the C heap once one is
+    # freed; kept, they grew the process by ~21 MB, and the plan as Python ints by ~7 MB more (a DataLoader
+    # worker at 10^7 files holds them for its life).
+    volume.files("d", 1)
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent), "OMP_NUM_THREADS": "1"}
+    out = subprocess.run([sys.executable, "-c", _PLAN_MEMORY, volume.path("d")], env=env, capture_output=True,
+                         text=True, check=True)
+    got = json.loads(out.stdout)
+    assert got["first"]
+    assert got["grown_kb"] < 250_000 * 8 / 1024 + 2048  # its items as int64, and 2 MB to spare (measured: 2.0 MB)

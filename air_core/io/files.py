@@ -13,6 +13,8 @@ import os
 from itertools import chain, islice, repeat
 from typing import Callable, Iterable, Iterator, Literal, NamedTuple, Sequence
 
+import numpy as np
+
 from .. import dist, volume
 from ..errors import FetchError
 from ..manifest import Manifest
@@ -255,7 +257,14 @@ def chunked(items: Iterable[int]) -> Iterator[list[int]]:
     tens of µs of its own in a DataLoader worker, whose pass of a few hundred
     files would pay it many times over.
     """
-    it, n = iter(items), FIRST_ROWS
+    n = FIRST_ROWS
+    if isinstance(items, np.ndarray):  # a long plan: Python ints made for one chunk at a time
+        lo = 0
+        while lo < len(items):
+            yield items[lo:lo + n].tolist()
+            lo, n = lo + n, min(2 * n, ROWS_AT_ONCE)
+        return
+    it = iter(items)
     while chunk := list(islice(it, n)):
         yield chunk
         n = min(2 * n, ROWS_AT_ONCE)

@@ -34,17 +34,19 @@ class FilesReader(FileRowsReader):
         return list(files)
 
     def deal(self, pieces: Sequence[int], parts: int, planning: Planning) -> list[list]:
-        sizes = self.source.manifest.sizes[np.asarray(pieces, dtype=np.int64)]
-        dealt = plan_mod.rank_shares(sizes, world_size=parts, planning=planning)
-        return [[pieces[k] for k in part] for part in dealt]
+        files = np.asarray(pieces, dtype=np.int64)
+        # `rank_shares` as arrays: 10^6 files dealt into shards are mapped back to files without a Python loop.
+        deal = plan_mod.Deal(plan_mod.Epoch(self.source.manifest.sizes[files], epoch=0, planning=planning), parts,
+                             excluded=None)
+        return [files[part].tolist() for part in deal.shares()]
 
     def count(self, pieces: Sequence[int]) -> int:
         return len(pieces)
 
-    def plan(self, grid: Grid, resumed_from: dict | None, planning: Planning, *, epoch: int) -> list[int]:
+    def plan(self, grid: Grid, resumed_from: dict | None, planning: Planning, *, epoch: int) -> np.ndarray:
         m = self.source.manifest
-        return resume.plan_resume(m.sizes, grid, resumed_from, planning=planning, epoch=epoch,
-                                  by_size=m.largest_first)
+        return resume.stream_items(m.sizes, grid, resumed_from, planning=planning, epoch=epoch,
+                                   by_size=m.largest_first)
 
     def plan_epoch(self, planning: Planning, epoch: int) -> int:
         # The deal follows the sizes alone; only the shuffle changes with the epoch.

@@ -164,8 +164,10 @@ class FileRowsReader(Reader):
     counts = "files"
     label = "files"
 
-    def plan(self, grid: Grid, resumed_from: dict | None, planning: Planning, *, epoch: int) -> list[int]:
-        """The files (listing positions) one stream reads in `epoch`, after resuming the run `resumed_from`."""
+    def plan(self, grid: Grid, resumed_from: dict | None, planning: Planning, *, epoch: int
+             ) -> list[int] | np.ndarray:
+        """The files (listing positions) one stream reads in `epoch`, after resuming the run `resumed_from`: a
+        list, or an int64 array where a share can be long (read a chunk at a time, `air_core.io.files.chunked`)."""
         raise NotImplementedError
 
     def plan_epoch(self, planning: Planning, epoch: int) -> int:
