@@ -187,6 +187,7 @@ def pss_mb():
 
 if what == "hf":
     import datasets, air_hf
+    import torch  # a training script has it imported; datasets' streaming load imports it otherwise (~2.5 s)
     t = time.perf_counter()
     ds = datasets.load_dataset("uc-volume", data_dir=tree, streaming=True, split="train")
     out = {"hf_setup_s": time.perf_counter() - t, "hf_pss_mb": pss_mb()}
