@@ -269,7 +269,7 @@ class MixtureReader:
         ep = self.mixed.epoch(epoch, planning.seed)
         slots = resume.plan_resume(ep.sizes, grid, resumed_from, planning=planning, epoch=epoch,
                                    deal_order=ep.deal_order if planning.balance == "bytes" else None)
-        return ep.items_at(np.asarray(slots, dtype=np.int64)).tolist()
+        return ep.items_at(slots).tolist()
 
     def plan_epoch(self, planning: plan_mod.Planning, epoch: int) -> int:
         """The epoch itself: each epoch draws its own items from the sources (see `Reader.plan_epoch`)."""

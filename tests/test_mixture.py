@@ -141,7 +141,7 @@ def shares(ep, world_size, num_workers, equalize, run=None, shuffle=True):
     """Every stream's slots after resuming `run`, through the resume planner, in the mixture's deal order."""
     planning = Planning(seed=9, shuffle=shuffle, equalize=equalize)
     return {(r, w): plan_resume(ep.sizes, Grid(r, world_size, w, num_workers), run, planning=planning, epoch=2,
-                                deal_order=ep.deal_order)
+                                deal_order=ep.deal_order).tolist()
             for r in range(world_size) for w in range(num_workers)}
 
 

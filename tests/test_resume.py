@@ -17,7 +17,7 @@ from air_core.planning.shares import Planning
 
 # The resume planners called with the planning's fields as loose keywords, as the cases draw them.
 def resume_plan(sizes, grid, state, *, epoch=0, **planning):
-    return resume.plan_resume(sizes, grid, state, planning=Planning(**planning), epoch=epoch)
+    return resume.plan_resume(sizes, grid, state, planning=Planning(**planning), epoch=epoch).tolist()
 
 
 def delivered(sizes, state, **planning):

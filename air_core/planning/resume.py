@@ -151,30 +151,16 @@ def plan_resume(
     epoch: int = 0,
     by_size: np.ndarray | None = None,
     deal_order: Callable[[int], np.ndarray] | None = None,
-) -> list[int]:
-    """The items one stream reads in `epoch` after resuming the run `state` (None: from the epoch's start), in order.
+) -> np.ndarray:
+    """The items one stream reads in `epoch` after resuming the run `state` (None: from the epoch's start), in
+    order, as an int64 array: a stream that reads them a chunk at a time makes Python ints of a chunk only (a
+    DataLoader worker's share of 10^7 files as ints is ~8 MB more).
 
     `by_size`: `shares.largest_first(sizes)`, when the listing carries it.
     `deal_order`: the order the bytes deal over a number of ranks follows,
     where it depends on that number (a mixture's, `mixture.Epoch.deal_order`);
     default: largest first.
     """
-    return stream_items(sizes, grid, state, planning=planning, epoch=epoch, by_size=by_size,
-                        deal_order=deal_order).tolist()
-
-
-def stream_items(
-    sizes: Sequence[int],
-    grid: Grid,
-    state: dict | None,
-    *,
-    planning: Planning = Planning(),
-    epoch: int = 0,
-    by_size: np.ndarray | None = None,
-    deal_order: Callable[[int], np.ndarray] | None = None,
-) -> np.ndarray:
-    """`plan_resume`'s items as an int64 array: a stream that reads them a chunk at a time makes Python ints
-    of a chunk only (a DataLoader worker's share of 10^7 files as ints is ~8 MB more)."""
     return _Planner(Epoch(sizes, epoch=epoch, planning=planning, by_size=by_size), deal_order).stream(state, grid)
 
 

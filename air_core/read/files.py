@@ -45,8 +45,8 @@ class FilesReader(FileRowsReader):
 
     def plan(self, grid: Grid, resumed_from: dict | None, planning: Planning, *, epoch: int) -> np.ndarray:
         m = self.source.manifest
-        return resume.stream_items(m.sizes, grid, resumed_from, planning=planning, epoch=epoch,
-                                   by_size=m.largest_first)
+        return resume.plan_resume(m.sizes, grid, resumed_from, planning=planning, epoch=epoch,
+                                  by_size=m.largest_first)
 
     def plan_epoch(self, planning: Planning, epoch: int) -> int:
         # The deal follows the sizes alone; only the shuffle changes with the epoch.
