@@ -719,6 +719,35 @@ def emulator_section(rows: list[dict]) -> list[str]:
     return out
 
 
+def before_after_section(folder: Path) -> list[str]:
+    """The headline figures of the code before a change and of this code, measured in turns in one run."""
+    revs = json.loads((folder / "revisions.json").read_text())
+    sides = {side: load(folder / side) for side in ("before", "after")}
+    out = [
+        f"## Before and after: {revs['before']} and {revs['after']}",
+        "",
+        f"`before_after.py --rev {revs['before']}` ran each benchmark below as {revs['before']}'s own script on its",
+        f"own code and as this tree's on this code ({revs['after']}), in turns (which went first alternates from",
+        "one benchmark to the next), on the same data under one netvol build. The figures above are this code's from",
+        "that run. Where the target is an upper bound (≤), lower is better.",
+        "",
+        "| benchmark | measure | before | after | after ÷ before | ratio to baseline: before, after |",
+        "| --- | --- | ---: | ---: | ---: | --- |",
+    ]
+    for name in revs["benchmarks"]:
+        rows = {side: {(r[0], r[1]): r for r in headline({name: sides[side][name]})[0]} for side in sides}
+        for key, after in rows["after"].items():
+            before = rows["before"].get(key)
+            if before is None:
+                continue
+            values = [before[2], after[2]]
+            shown = ["" if v is None or isinstance(v, str) else fmt(v) for v in values]
+            change = f"{values[1] / values[0]:.2f}" if all(isinstance(v, (int, float)) and v for v in values) else ""
+            ratios = (f"{before[4]:.2f}×, {after[4]:.2f}×" if before[4] is not None and after[4] is not None else "")
+            out.append(f"| {name} | {key[1]} | {shown[0]} | {shown[1]} | {change} | {ratios} |")
+    return out
+
+
 def render(results: Path, md: Path, png: Path) -> None:
     data = load(results)
     rows, bars = headline(data)
@@ -751,6 +780,9 @@ def render(results: Path, md: Path, png: Path) -> None:
         r = "" if ratio is None else f"{ratio:,.2f}×"
         m = "" if met is None else ("yes" if met else "**no**")
         lines.append(f"| {issue} | {what} | {o} | {base} | {r} | {target} | {m} |")
+    compared = results / "before_after"
+    if (compared / "revisions.json").exists():
+        lines += ["", *before_after_section(compared)]
     check = results / "emulator_check.json"
     if check.exists():
         lines += ["", *emulator_section(json.loads(check.read_text()))]

@@ -44,17 +44,19 @@ BENCHES = {
 }
 
 
-def run(name: str) -> list[dict]:
+def run(name: str, tree: Path = HERE.parent, out_dir: Path = RESULTS) -> list[dict]:
+    """Run benchmark `name` as `tree`'s own script on `tree`'s code; its lines go to `out_dir`/<name>.jsonl."""
     args = (a.format(netvol=netvol_so(), tmp=tempfile.gettempdir()) for a in BENCHES[name][1:])
-    cmd = [sys.executable, str(HERE / BENCHES[name][0]), *args]
+    cmd = [sys.executable, str(tree / "benchmarks" / BENCHES[name][0]), *args]
     print(f"== {name}: {' '.join(cmd)}", flush=True)
     t = time.perf_counter()
-    out = subprocess.run(cmd, cwd=HERE, capture_output=True, text=True)
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    out = subprocess.run(cmd, cwd=tree / "benchmarks", env=env, capture_output=True, text=True)
     if out.returncode:
         raise SystemExit(f"{name} failed:\n{out.stderr[-4000:]}")
     lines = [json.loads(ln) for ln in out.stdout.splitlines() if ln.startswith("{")]
-    RESULTS.mkdir(exist_ok=True)
-    with open(RESULTS / f"{name}.jsonl", "w") as f:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with open(out_dir / f"{name}.jsonl", "w") as f:
         f.write(f'{{"command": {json.dumps(" ".join(["python", *BENCHES[name]]))}, '
                 f'"wall_s": {time.perf_counter() - t:.1f}, "load_avg": {os.getloadavg()[0]:.2f}}}\n')
         f.writelines(json.dumps(r) + "\n" for r in lines)

@@ -1,0 +1,70 @@
+"""The benchmarks both trees have, on this code and on an earlier revision's, in turn, in one run.
+
+A change meant to leave speed alone (a restructuring) is checked by running
+the revision before it beside this code: the revision is checked out into a
+temporary worktree, and each benchmark runs as that tree's own script on its
+own code (`PYTHONPATH` its tree), then as this tree's on this code, or the
+other way round (the order alternates from one benchmark to the next), on the
+same data, under one netvol build (this tree's). Both trees' lines go to
+`results/before_after/{before,after}/<name>.jsonl`; this code's lines are also
+the benchmark's results (`results/<name>.jsonl`), and `render.py` shows the
+headline figures of both side by side in RESULTS.md.
+
+Usage: TMPDIR=/dev/shm python benchmarks/before_after.py --rev REV [--only core,torch,...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+from run_all import BENCHES, HERE, RESULTS, run
+
+from common import netvol_so
+
+REPO = HERE.parent
+COMPARED = RESULTS / "before_after"
+
+
+def checkout(rev: str) -> Path:
+    """`rev` in a temporary worktree of this repository."""
+    tree = Path(tempfile.mkdtemp(prefix="air-before-"))
+    subprocess.run(["git", "-C", str(REPO), "worktree", "add", "--detach", str(tree), rev], check=True,
+                   capture_output=True)
+    return tree
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--rev", required=True, help="the revision before the change")
+    p.add_argument("--only", help="comma-separated subset of the benchmarks both trees have")
+    args = p.parse_args()
+    sha = {rev: subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", rev], check=True, capture_output=True,
+                               text=True).stdout.strip() for rev in (args.rev, "HEAD")}
+    before = checkout(args.rev)
+    try:
+        names = [n for n in (args.only.split(",") if args.only else BENCHES)
+                 if (before / "benchmarks" / BENCHES[n][0]).exists()]
+        netvol_so()  # built from this tree before either runs, then used by both
+        shutil.rmtree(COMPARED, ignore_errors=True)
+        for k, name in enumerate(names):
+            codes = [("before", before), ("after", REPO)][:: 1 if k % 2 == 0 else -1]
+            for code, tree in codes:
+                run(name, tree, COMPARED / code)
+            shutil.copy(COMPARED / "after" / f"{name}.jsonl", RESULTS / f"{name}.jsonl")
+        (COMPARED / "revisions.json").write_text(json.dumps(
+            {"before": sha[args.rev], "after": sha["HEAD"], "benchmarks": names,
+             "first": {n: ("before", "after")[k % 2] for k, n in enumerate(names)}}, indent=1) + "\n")
+    finally:
+        subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(before)], capture_output=True)
+    from render import render
+
+    render(RESULTS, HERE / "RESULTS.md", HERE / "results.png")
+
+
+if __name__ == "__main__":
+    main()
