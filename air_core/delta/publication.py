@@ -65,9 +65,8 @@ from typing import Callable
 
 from filelock import FileLock
 
-from .. import volume
 from ..errors import VolumePathError
-from ..io import transport
+from ..io import transport, volume
 
 POINTER = "_air_export.json"
 EXPORTS = "_exports"

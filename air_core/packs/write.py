@@ -44,10 +44,10 @@ from typing import TYPE_CHECKING, Iterator, Sequence
 import numpy as np
 from tqdm import tqdm
 
-from .. import options, volume
+from .. import options
 from ..delta.publication import _node_lock
 from ..errors import FetchError, VolumePathError
-from ..io import transport
+from ..io import transport, volume
 from ..io.fetch import ordered_map, retrying
 from ..io.listing import list_folder
 from ..manifest import Manifest
