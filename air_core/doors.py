@@ -14,11 +14,11 @@ DataLoader worker that imports a door's reading half loads none of them.
 
 from typing import TYPE_CHECKING
 
-from . import options, volume
+from . import options
 from .dist import detect_rank, freeze_inherited, process_group
 from .errors import AirError, FetchError, OptionError, StateError, VolumePathError
 from .grid import Grid
-from .io import transport
+from .io import transport, volume
 from .io.cache import Cache, default_dir, entry_path_length
 from .io.fetch import retrying
 from .lazy import exports

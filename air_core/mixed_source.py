@@ -21,9 +21,10 @@ from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 
-from . import options, volume
+from . import options
 from .errors import OptionError
 from .grid import Grid
+from .io import volume
 from .io.cache import Cache
 from .planning import mixture, resume
 from .planning import shares as plan_mod

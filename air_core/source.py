@@ -25,8 +25,9 @@ from typing import Any, Callable, Literal, Sequence, TypeVar
 
 import numpy as np
 
-from . import dist, options, volume
+from . import dist, options
 from .packs import store as pack_store
+from .io import volume
 from .io.cache import Cache
 from .errors import ManifestMismatchError, OptionError
 from .io.listing import list_folder

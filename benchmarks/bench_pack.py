@@ -23,7 +23,8 @@ from common import VOLUME, emit, make_images, measure
 
 PACK = r"""
 import json, os, shutil, sys, time
-from air_core import pack, volume
+from air_core import pack
+from air_core.io import volume
 src, dst = sys.argv[1], sys.argv[2]
 shutil.rmtree(sys.argv[3], ignore_errors=True)
 t = time.perf_counter()

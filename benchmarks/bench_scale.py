@@ -147,7 +147,8 @@ print(json.dumps({"first_item_s": took, "parent_pss_mb": pss_mb(os.getpid()), "p
 
 SAVE = SYNTHETIC + r'''
 import os, sys, json, time
-from air_core import FileStream, volume
+from air_core import FileStream
+from air_core.io import volume
 n, root, file = int(sys.argv[1]), sys.argv[2], sys.argv[3]
 m = synthetic(n, root)
 t = time.perf_counter()

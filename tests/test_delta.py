@@ -20,7 +20,7 @@ import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable, TableFeatures, write_deltalake
 
-from air_core import volume as volume_mod
+from air_core.io import volume as volume_mod
 from air_core.cli.delta import add_export_delta_command
 from air_core.delta import TableError, current_export, export_delta, publication, sizing
 from air_core.delta.publication import EXPORTS, POINTER

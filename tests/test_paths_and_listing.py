@@ -9,7 +9,7 @@ from air_core import AirError, EmptyVolumeError, FileStream, VolumePathError
 from air_core.io.listing import list_folder
 from air_core.manifest import Manifest
 from air_core.io import listing, transport
-from air_core.volume import parse
+from air_core.io.volume import parse
 
 
 def test_volume_and_dbfs_paths_map_onto_the_local_root(volume):
@@ -22,7 +22,8 @@ def test_volume_and_dbfs_paths_map_onto_the_local_root(volume):
 def test_a_source_is_resolved_from_one_parse_of_its_path(volume, monkeypatch):
     # Every layer below resolve_source (export pointer, pack pointer, listing, Source) takes the VolumePath
     # it parsed; a parse of a VolumePath hands it back.
-    from air_core import resolve_source, volume as volume_mod
+    from air_core import resolve_source
+    from air_core.io import volume as volume_mod
 
     volume.write("images/a.jpg", b"a")
     texts = []

@@ -354,7 +354,8 @@ def test_a_streams_position_is_its_states(volume):
 _PLAN_MEMORY = r'''
 import gc, json, os, sys
 import numpy as np
-from air_core import FileStream, heap, volume
+from air_core import FileStream, heap
+from air_core.io import volume
 from air_core.manifest import Manifest
 
 def anon_kb():

@@ -385,7 +385,7 @@ def test_mlflow_active_run_gets_one_window_per_short_pass(volume, tmp_path, monk
 def test_dcp_overwrite_and_torch_save_on_a_volume(volume):
     import torch.distributed.checkpoint as dcp
 
-    from air_core import volume as volumes
+    from air_core.io import volume as volumes
 
     path = volume.path("ckpt/latest")
     for value in (1.0, 2.0):

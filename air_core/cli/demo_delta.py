@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from .. import volume
+from ..io import volume
 
 
 def run(volume_path: str) -> None:

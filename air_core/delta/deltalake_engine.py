@@ -25,8 +25,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 from tqdm import tqdm
 
-from .. import volume
-from ..io import transport
+from ..io import transport, volume
 from ..errors import TableError
 from .messages import first_line
 from .publication import Parts, Snapshot

@@ -16,7 +16,7 @@ from urllib.parse import unquote
 
 import pyarrow as pa
 
-from .. import volume
+from ..io import volume
 from ..errors import OptionError, TableError
 from ..manifest import Manifest
 from .deltalake_engine import _open

@@ -50,7 +50,6 @@ from __future__ import annotations
 
 import calendar
 import contextlib
-import hashlib
 import json
 import os
 import posixpath
@@ -63,11 +62,9 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Callable
 
-from filelock import FileLock
-
-from .. import volume
 from ..errors import VolumePathError
-from ..io import transport
+from ..io import transport, volume
+from ..io.node_lock import node_lock
 
 POINTER = "_air_export.json"
 EXPORTS = "_exports"
@@ -195,7 +192,7 @@ class Destination:
         if not transport.is_dir(self.vp.local_volume):
             raise VolumePathError(f"the volume {self.vp.volume} does not exist: create it, or check the "
                                   f"catalog, schema and volume names in {self.vp.path}")
-        with _node_lock(self.vp.local):
+        with node_lock(self.vp.local):
             current = self._current()  # another process of this node may have exported while this one waited
             if self._holds(current, snapshot.key):
                 return self._result(current, skipped=True)
@@ -428,14 +425,6 @@ class _Uploads(Parts):
     def _put(self, path: str, name: str) -> None:
         transport.write_file(f"{self._folder}/{name}", path)
         os.unlink(path)
-
-
-def _node_lock(local_dest: str) -> FileLock:
-    """A lock on this node's local disk for one destination: a volume has no locks, a local disk does."""
-    folder = os.path.join(tempfile.gettempdir(), f"air-export-locks-{os.getuid()}")
-    os.makedirs(folder, mode=0o700, exist_ok=True)
-    digest = hashlib.sha256(os.path.realpath(local_dest).encode()).hexdigest()[:32]
-    return FileLock(os.path.join(folder, f"{digest}.lock"))
 
 
 __all__ = ["EXPORTS", "GRACE_SECONDS", "POINTER", "Destination", "ExportResult", "Snapshot", "current_export"]

@@ -15,10 +15,10 @@ from typing import Callable, Iterable, Iterator, Literal, NamedTuple, Sequence
 
 import numpy as np
 
-from .. import dist, volume
+from .. import dist
 from ..errors import FetchError
 from ..manifest import Manifest
-from . import transport
+from . import transport, volume
 from .cache import Cache, read_bytes, read_fd
 from .fetch import ordered_map, retrying
 

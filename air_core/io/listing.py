@@ -37,8 +37,7 @@ from typing import Sequence
 import numpy as np
 from tqdm import tqdm
 
-from .. import volume
-from . import transport
+from . import transport, volume
 from ..errors import AirError, EmptyVolumeError
 from ..manifest import Manifest
 

@@ -11,8 +11,7 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable
 
-from .. import volume
-from . import transport
+from . import transport, volume
 from .cache import copy_into
 from ..errors import OptionError
 from .fetch import ordered_map, retrying

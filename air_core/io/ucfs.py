@@ -20,8 +20,7 @@ import tempfile
 
 from fsspec import AbstractFileSystem, register_implementation
 
-from .. import volume
-from . import transport
+from . import transport, volume
 
 PROTOCOL = "uc"
 

@@ -27,7 +27,7 @@ import numpy as np
 
 from ..errors import OptionError
 from ..grid import Grid
-from ..planning.shares import Planning, _epoch_order
+from ..planning.shares import Planning, epoch_order_array
 from ..planning.rows import RowGroup, RowSlice
 
 
@@ -60,10 +60,10 @@ class _Pack:
         self.n, self.equalize = int(rows.sum()), equalize
         units = len(rows)
         unit_at = np.empty(units, np.int64)
-        unit_at[_epoch_order(units, epoch, seed, shuffle)] = np.arange(units)
+        unit_at[epoch_order_array(units, epoch, seed, shuffle)] = np.arange(units)
         within = np.empty(self.n, np.int64)
         # Another stream than the units' (a seed of its own), so the two orders are independent.
-        within[_epoch_order(self.n, epoch, f"{seed}/files", shuffle)] = np.arange(self.n)  # type: ignore[arg-type]
+        within[epoch_order_array(self.n, epoch, f"{seed}/files", shuffle)] = np.arange(self.n)  # type: ignore[arg-type]
         self.key = unit_at[np.repeat(np.arange(units), rows)] * max(1, self.n) + within
         self._shares: dict[tuple[int, int], list[np.ndarray]] = {}
         self._delivered: dict[int, np.ndarray] = {}
@@ -140,6 +140,6 @@ def files_of(units: Sequence[RowGroup], pieces: Sequence[RowGroup | RowSlice], *
         files = np.arange(lo, hi) + starts[unit.file, unit.row_group]
         if planning.shuffle:
             seeded = f"{planning.seed}/{unit.file}/{unit.row_group}"
-            files = files[_epoch_order(len(files), epoch, seeded, True)]  # type: ignore[arg-type]
+            files = files[epoch_order_array(len(files), epoch, seeded, True)]  # type: ignore[arg-type]
         out += files.tolist()
     return out

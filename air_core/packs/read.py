@@ -24,10 +24,9 @@ from typing import Iterator, NamedTuple, Sequence
 
 import numpy as np
 
-from .. import volume
+from ..io import transport, volume
 from ..io.cache import Cache, read_bytes
 from ..errors import VolumePathError
-from ..io import transport
 from ..io.fetch import ordered_map, retrying
 from ..io.listing import list_folder
 from ..manifest import Manifest

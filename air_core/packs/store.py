@@ -36,10 +36,9 @@ import shutil
 import time
 from dataclasses import dataclass
 
-from .. import volume
 from ..delta.publication import GRACE_SECONDS, read_json
 from ..errors import VolumePathError
-from ..io import transport
+from ..io import transport, volume
 
 POINTER = "_air_pack.json"
 GENERATIONS = "_packs"

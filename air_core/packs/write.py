@@ -44,12 +44,12 @@ from typing import TYPE_CHECKING, Iterator, Sequence
 import numpy as np
 from tqdm import tqdm
 
-from .. import options, volume
-from ..delta.publication import _node_lock
+from .. import options
 from ..errors import FetchError, VolumePathError
-from ..io import transport
+from ..io import transport, volume
 from ..io.fetch import ordered_map, retrying
 from ..io.listing import list_folder
+from ..io.node_lock import node_lock
 from ..manifest import Manifest
 from .layout import layout
 from ..sizes import parse_size
@@ -140,7 +140,7 @@ def pack(
     pointer = _current(d)
     if _holds(d, pointer, name):
         return _result(d, name, manifest, written=0, skipped=True)
-    with _node_lock(d.local):
+    with node_lock(d.local):
         if _holds(d, _current(d), name):  # another process of this node packed it while this one waited
             return _result(d, name, manifest, written=0, skipped=True)
         folder = os.path.join(d.local, GENERATIONS, name)

@@ -41,7 +41,7 @@ _KEY_CHUNK = 1 << 20
 
 def epoch_order(n: int, *, epoch: int, seed: int, shuffle: bool) -> list[int]:
     """range(n), permuted by (seed, epoch) when shuffling: the same on every rank."""
-    return _epoch_order(n, epoch, seed, shuffle).tolist()
+    return epoch_order_array(n, epoch, seed, shuffle).tolist()
 
 
 def snake(items: Sequence[int], sizes: Sequence[int], parts: int) -> list[list[int]]:
@@ -167,7 +167,7 @@ class Epoch:
     @cached_property
     def order(self) -> np.ndarray:
         """The items in the epoch's read order."""
-        return _epoch_order(len(self.sizes), self.epoch, self.planning.seed, self.planning.shuffle)
+        return epoch_order_array(len(self.sizes), self.epoch, self.planning.seed, self.planning.shuffle)
 
     @cached_property
     def by_size(self) -> np.ndarray:
@@ -320,7 +320,7 @@ def largest_first(sizes: np.ndarray) -> np.ndarray:
     return _stable_argsort(sizes.max(initial=0) - sizes)
 
 
-def _epoch_order(n: int, epoch: int, seed: int, shuffle: bool) -> np.ndarray:
+def epoch_order_array(n: int, epoch: int, seed: int, shuffle: bool) -> np.ndarray:
     """range(n) in the epoch's read order.
 
     The shuffle sorts the items by the raw output of a PCG64 seeded by (seed,

@@ -26,8 +26,7 @@ from urllib.parse import unquote
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .. import volume
-from ..io import transport
+from ..io import transport, volume
 from ..io.cache import Cache, read_bytes
 from ..io.files_api import RemoteFile
 from ..io.ranges import RangeFile

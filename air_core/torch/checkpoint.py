@@ -17,10 +17,10 @@ the node cache, so the ranks of a node fetch each file once.
 `dcp.async_save(state, storage_writer=UCVolumeWriter(path))` works the same way.
 
 For one file, `torch.save` and `torch.load` take the volume's local path (on
-Databricks the volume path itself; elsewhere `air_core.volume.parse(path).local`):
+Databricks the volume path itself; elsewhere `air_core.io.volume.parse(path).local`):
 
-    torch.save(model.state_dict(), air_core.volume.parse("/Volumes/main/ml/ckpt/model.pt").local)
-    weights = torch.load(air_core.volume.parse("/Volumes/main/ml/ckpt/model.pt").local)
+    torch.save(model.state_dict(), air_core.io.volume.parse("/Volumes/main/ml/ckpt/model.pt").local)
+    weights = torch.load(air_core.io.volume.parse("/Volumes/main/ml/ckpt/model.pt").local)
 
 `torch.save` writes its zip archive sequentially, which volumes accept.
 """

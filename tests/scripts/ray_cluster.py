@@ -31,7 +31,7 @@ from ray.cluster_utils import Cluster
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 import air_ray
-from air_core import volume
+from air_core.io import volume
 
 VOLUME_PATH, WORKDIR, CONSUMERS = sys.argv[1], sys.argv[2], sys.argv[3].split(",")
 ENTRY = sys.argv[4] if len(sys.argv) > 4 else "read_uc_volume"

@@ -15,7 +15,7 @@ from pyspark.sql import SparkSession
 from ray.util.spark import setup_ray_cluster, shutdown_ray_cluster
 
 import air_ray
-from air_core import volume
+from air_core.io import volume
 
 spark = (SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false")
          .config("spark.driver.memory", "1g").getOrCreate())

@@ -14,9 +14,9 @@ import os
 import posixpath
 from dataclasses import dataclass
 
-from .errors import VolumePathError
-from .io import transport
-from .io.transport import VOLUMES_ROOT_ENV
+from ..errors import VolumePathError
+from . import transport
+from .transport import VOLUMES_ROOT_ENV
 _SHAPE = "/Volumes/<catalog>/<schema>/<volume>/<path...>"
 
 
