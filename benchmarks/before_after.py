@@ -6,9 +6,11 @@ temporary worktree, and each benchmark runs as that tree's own script on its
 own code (`PYTHONPATH` its tree), then as this tree's on this code, or the
 other way round (the order alternates from one benchmark to the next), on the
 same data, under one netvol build (this tree's). Both trees' lines go to
-`results/before_after/{before,after}/<name>.jsonl`; this code's lines are also
-the benchmark's results (`results/<name>.jsonl`), and `render.py` shows the
-headline figures of both side by side in RESULTS.md.
+`results/before_after/{before,after}/<name>.jsonl` (a later run replaces the
+benchmarks it runs and keeps the others, each with its two revisions in
+`revisions.json`); this code's lines are also the benchmark's results
+(`results/<name>.jsonl`), and `render.py` shows the headline figures of both
+side by side in RESULTS.md.
 
 Usage: TMPDIR=/dev/shm python benchmarks/before_after.py --rev REV [--only core,torch,...]
 """
@@ -50,15 +52,15 @@ def main() -> None:
         names = [n for n in (args.only.split(",") if args.only else BENCHES)
                  if (before / "benchmarks" / BENCHES[n][0]).exists()]
         netvol_so()  # built from this tree before either runs, then used by both
-        shutil.rmtree(COMPARED, ignore_errors=True)
+        record = COMPARED / "revisions.json"
+        runs = json.loads(record.read_text())["runs"] if record.exists() else {}
         for k, name in enumerate(names):
             codes = [("before", before), ("after", REPO)][:: 1 if k % 2 == 0 else -1]
             for code, tree in codes:
                 run(name, tree, COMPARED / code)
             shutil.copy(COMPARED / "after" / f"{name}.jsonl", RESULTS / f"{name}.jsonl")
-        (COMPARED / "revisions.json").write_text(json.dumps(
-            {"before": sha[args.rev], "after": sha["HEAD"], "benchmarks": names,
-             "first": {n: ("before", "after")[k % 2] for k, n in enumerate(names)}}, indent=1) + "\n")
+            runs[name] = {"before": sha[args.rev], "after": sha["HEAD"], "first": codes[0][0]}
+            record.write_text(json.dumps({"runs": runs}, indent=1) + "\n")
     finally:
         subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(before)], capture_output=True)
     from render import render

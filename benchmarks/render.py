@@ -721,21 +721,22 @@ def emulator_section(rows: list[dict]) -> list[str]:
 
 def before_after_section(folder: Path) -> list[str]:
     """The headline figures of the code before a change and of this code, measured in turns in one run."""
-    revs = json.loads((folder / "revisions.json").read_text())
+    runs = json.loads((folder / "revisions.json").read_text())["runs"]
     sides = {side: load(folder / side) for side in ("before", "after")}
     out = [
-        f"## Before and after: {revs['before']} and {revs['after']}",
+        "## Before and after",
         "",
-        f"`before_after.py --rev {revs['before']}` ran each benchmark below as {revs['before']}'s own script on its",
-        f"own code and as this tree's on this code ({revs['after']}), in turns (which went first alternates from",
-        "one benchmark to the next), on the same data under one netvol build. The figures above are this code's from",
-        "that run. Where the target is an upper bound (≤), lower is better.",
+        "`before_after.py --rev REV` ran each benchmark below as REV's own script on its own code (before) and as",
+        "this tree's on this code (after), one after the other (which went first alternates from one benchmark to",
+        "the next), on the same data under one netvol build; the figures above are the after side's. Where the",
+        "target is an upper bound (≤), lower is better.",
         "",
-        "| benchmark | measure | before | after | after ÷ before | ratio to baseline: before, after |",
+        "| benchmark (before, after; first) | measure | before | after | after ÷ before | ratio to baseline: before, after |",
         "| --- | --- | ---: | ---: | ---: | --- |",
     ]
-    for name in revs["benchmarks"]:
+    for name, revs in runs.items():
         rows = {side: {(r[0], r[1]): r for r in headline({name: sides[side][name]})[0]} for side in sides}
+        label = f"{name} ({revs['before']}, {revs['after']}; {revs['first']})"
         for key, after in rows["after"].items():
             before = rows["before"].get(key)
             if before is None:
@@ -744,7 +745,15 @@ def before_after_section(folder: Path) -> list[str]:
             shown = ["" if v is None or isinstance(v, str) else fmt(v) for v in values]
             change = f"{values[1] / values[0]:.2f}" if all(isinstance(v, (int, float)) and v for v in values) else ""
             ratios = (f"{before[4]:.2f}×, {after[4]:.2f}×" if before[4] is not None and after[4] is not None else "")
-            out.append(f"| {name} | {key[1]} | {shown[0]} | {shown[1]} | {change} | {ratios} |")
+            out.append(f"| {label} | {key[1]} | {shown[0]} | {shown[1]} | {change} | {ratios} |")
+    ab = folder.parent / "ray_before_after.json"
+    if ab.exists():
+        r = json.loads(ab.read_text())
+        out += ["", f"Ray's noisiest figures, many fresh processes a tree taking turns (`{r['command']}`; before "
+                f"{r['before']}, after {r['after']}), medians:", "",
+                "| measure | samples a tree | before | after | after ÷ before |", "| --- | ---: | ---: | ---: | ---: |"]
+        out += [f"| {f['measure']} | {f['samples']} | {fmt(f['before'])} | {fmt(f['after'])} | {f['ratio']:.2f} |"
+                for f in r["figures"]]
     return out
 
 
