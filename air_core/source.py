@@ -32,7 +32,7 @@ from .io.cache import Cache
 from .errors import ManifestMismatchError, OptionError
 from .io.listing import list_folder
 from .manifest import Manifest
-from .read import Reader, reader_class, readers
+from .read import FORMATS, Reader, auto_suffixes, reader_class, readers
 
 T = TypeVar("T")
 
@@ -293,14 +293,15 @@ def _mode(manifest: Manifest, mode: str) -> str:
                 raise OptionError(f"mode={mode!r} but {manifest.root} holds other files ({other}): "
                                   f"{_select(reader, suffixes)}")
         return mode
-    for name, reader in readers().items():
-        suffixes = reader.suffixes(given=False)
+    for name in FORMATS:
+        suffixes = auto_suffixes(name)
         if not suffixes:
             continue
         ours = _having(manifest, suffixes)
         if ours.all():
             return name
         if ours.any():
+            reader = reader_class(name)
             first, other = manifest.paths[int(ours.argmax())], manifest.paths[int(ours.argmin())]
             raise OptionError(f"{manifest.root} mixes {reader.label} files ({first}) with other files ({other}): "
                               f"{_select(reader, suffixes)}, or read every file as a row with mode='files'")

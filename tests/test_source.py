@@ -3,6 +3,7 @@ input gets the same rows, or the same error, from FileStream, the uc-volume buil
 
 from __future__ import annotations
 
+import json
 import os
 import pickle
 import subprocess
@@ -249,6 +250,30 @@ def test_the_doors_way_in_loads_the_listing_and_the_streams_on_first_use():
             "assert not loaded & set(sys.modules), loaded & set(sys.modules)\n")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
+
+
+def test_auto_mode_knows_every_format_by_the_endings_its_reader_reads():
+    from air_core.read import FORMATS, auto_suffixes, reader_class
+
+    for mode in FORMATS:
+        assert auto_suffixes(mode) == (reader_class(mode).suffixes(given=False) or ()), mode
+
+
+def test_auto_mode_loads_only_the_reader_of_the_format_it_finds(volume):
+    # Every process that resolves a source tells its format from the file names; loading every reader for
+    # that cost each one the imports of all the formats (tens of ms where no bytecode is cached).
+    volume.files("imgs", 4)
+    volume.write("rows/a.jsonl", b'{"x": 1}\n')
+    code = ("import json, sys\n"
+            "from air_core import resolve_source\n"
+            "assert resolve_source(sys.argv[1]).mode == sys.argv[2]\n"
+            "print(json.dumps([m.rsplit('.', 1)[1] for m in sys.modules if m.startswith('air_core.read.')]))\n")
+    for folder, mode, loaded in (("imgs", "files", {"files", "reader"}), ("rows", "json", {"jsonl", "lines"})):
+        proc = subprocess.run([sys.executable, "-c", code, volume.path(folder), mode], capture_output=True,
+                              text=True)
+        assert proc.returncode == 0, proc.stderr
+        modules = set(json.loads(proc.stdout))
+        assert loaded <= modules and not modules & {"webdataset", "delimited", "pack", "parquet"} - loaded, modules
 
 
 def test_every_name_the_core_exports_to_users_and_to_the_doors_resolves():

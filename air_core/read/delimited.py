@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, ClassVar
 from ..errors import OptionError, RecordError
 from ..io import transport
 from ..io.fetch import ordered_map
+from . import AUTO_EXTENSIONS
 from .lines import Buffer, Format, LinesReader, compression
 
 if TYPE_CHECKING:
@@ -61,7 +62,7 @@ class CsvReader(LinesReader):
 
     mode = "csv"
     label = "CSV"
-    extensions = ("csv", "tsv")
+    extensions = AUTO_EXTENSIONS[mode]
     takes = ("schema", "delimiter")
 
     def delimiter(self) -> str:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ..errors import RecordError
+from . import AUTO_EXTENSIONS
 from .lines import Buffer, Format, LinesReader
 
 if TYPE_CHECKING:
@@ -86,7 +87,7 @@ class JsonReader(LinesReader):
 
     mode = "json"
     label = "JSON Lines"
-    extensions = ("jsonl", "ndjson")
+    extensions = AUTO_EXTENSIONS[mode]
     readable = ("json",)
 
     def format(self) -> JsonFormat:

@@ -32,7 +32,7 @@ from ..io.fetch import ordered_map, retrying
 from ..manifest import Manifest
 from ..planning.rows import RowSlice, unit_of
 from ..planning.shares import Planning
-from . import line_spans
+from . import COMPRESSIONS, line_spans
 from .line_spans import TAIL_BYTES, Span, Spans, first_record, tail_end
 from .reader import TableReader
 from .row_groups import CountedPart, CountedUnits, localize, within
@@ -43,7 +43,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("air_core")
 
-COMPRESSIONS = {"gz": "gzip", "zst": "zstd"}
 # Spans fetched ahead of the consumer: by bytes, this many spans' worth (each is a cache entry on disk until
 # read, and is read into memory then); by count, as many as loose files have in flight, since a folder of small
 # files is a span a file and reads in flight decide its speed (6 in flight read 2,000 files of 8 KB at a tenth
@@ -99,7 +98,7 @@ class LinesReader(CountedUnits, TableReader):
     @classmethod
     def suffixes(cls, *, given: bool) -> tuple[str, ...] | None:
         plain = super().suffixes(given=given)
-        return None if plain is None else tuple(p + c for p in plain for c in ("", ".gz", ".zst"))
+        return None if plain is None else tuple(p + c for p in plain for c in ("", *(f".{z}" for z in COMPRESSIONS)))
 
     # -- what the format says ---------------------------------------------------
 

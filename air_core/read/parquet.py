@@ -14,6 +14,7 @@ from ..errors import EmptyVolumeError, ParquetError
 from ..manifest import Manifest
 from ..planning.rows import RowGroup, RowSlice, piece_bytes, unit_of
 from ..planning.shares import Planning
+from . import AUTO_EXTENSIONS
 from .reader import Part, TableReader
 from .row_groups import RowGroupPieces, localize
 
@@ -31,7 +32,7 @@ class ParquetReader(RowGroupPieces, TableReader):
 
     mode = "parquet"
     label = "Parquet"
-    extensions = ("parquet",)
+    extensions = AUTO_EXTENSIONS[mode]
     refused = dict.fromkeys(("decode", "labels", "on_error", "include_bytes"), _FILES_ONLY)
 
     def units(self) -> list[RowGroup]:

@@ -40,6 +40,7 @@ from ..manifest import Manifest
 from ..planning.rows import RowSlice, unit_of
 from ..planning.shares import Planning
 from ..io.files import CachedFile, Skipped, read_items
+from . import AUTO_EXTENSIONS
 from .reader import TableReader
 from .row_groups import CountedPart, CountedUnits, localize
 
@@ -127,7 +128,7 @@ class WebDatasetReader(CountedUnits, TableReader):
 
     mode = "webdataset"
     label = "WebDataset"
-    extensions = ("tar",)
+    extensions = AUTO_EXTENSIONS[mode]
     takes = ("schema",)
     refused = dict.fromkeys(("decode", "labels", "include_bytes"), _SAMPLES)
 
