@@ -19,7 +19,12 @@ pass, µs an item, the least of many passes; then each loader's own CPU time
 per warm item through its DataLoader, nothing read, in its workers and in the
 main process (`--breakdown`: those two alone).
 
-Usage: python benchmarks/bench_torch.py [--repeat 3] [--warm 9] [--breakdown]
+`--twins` runs each loader against a second loader of its own kind instead
+(6 workers, a cache each, the same one filled first in every process): the
+check that the first loader to fill its cache lags in warm epochs whichever
+loader it is, which is why the processes above alternate.
+
+Usage: python benchmarks/bench_torch.py [--repeat 3] [--warm 9] [--breakdown | --twins]
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ import databricks.air.data as reference
 import air_core.torch as ours
 
 nested, flat, workers, warm, first = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5]
+twins = sys.argv[6:]  # ["databricks-sdk-air"] or ["air_core.torch"]: that loader against a second one of its own
 
 
 class ReadBytes(IterableDataset):
@@ -58,15 +64,18 @@ def settle():  # the cold epoch's copies written out, so that the next epoch run
 
 def loader(system):
     t = time.perf_counter()
+    twin = system.endswith(" (second)")  # a second loader of the same kind, with a cache of its own
+    system = system.removesuffix(" (second)")
     if system == "databricks-sdk-air":
         ds = reference.UCVolumeDataset(flat)
         n, kw, DataLoader = len(ds._files), {"num_workers": 6}, reference.DataLoader
     else:
-        ds = ours.UCVolumeDataset(nested)
+        cache = os.path.join(os.environ["AIR_CACHE_DIR"], "second" if twin else "first") if twins else None
+        ds = ours.UCVolumeDataset(nested, cache_dir=cache)
         n, kw, DataLoader = len(ds.manifest), {} if workers == "default" else {"num_workers": int(workers)}, ours.DataLoader
     listed = time.perf_counter() - t
     dl = DataLoader(ReadBytes(ds), batch_size=32, collate_fn=sum, **kw)
-    return dl, {"system": system, "workers": dl.num_workers, "list_s": round(listed, 3), "files": n}
+    return dl, {"system": system + (" (second)" if twin else ""), "workers": dl.num_workers, "list_s": round(listed, 3), "files": n}
 
 
 def epoch(dl, out):
@@ -75,7 +84,8 @@ def epoch(dl, out):
     return time.perf_counter() - t
 
 
-systems = ["databricks-sdk-air", "air_core.torch"][:: 1 if first == "reference" else -1]
+systems = [twins[0], twins[0] + " (second)"] if twins else ["databricks-sdk-air", "air_core.torch"]
+systems = systems[:: 1 if first in ("reference", "first") else -1]
 made = {name: loader(name) for name in systems}
 cold, seconds = {}, {name: [] for name in systems}
 for name in systems:
@@ -85,15 +95,16 @@ for k in range(warm):
     for name in systems[:: 1 if k % 2 == 0 else -1]:
         seconds[name].append(epoch(*made[name]))
 pair = []
-for name in ("databricks-sdk-air", "air_core.torch"):
+for name in sorted(systems, key=systems.index if twins else ("databricks-sdk-air", "air_core.torch").index):
     out, n = made[name][1], made[name][1]["files"]
     for which, dt in (("cold", cold[name]), ("warm", statistics.median(seconds[name]))):
         out[which + "_s"] = round(dt, 3)
         out["files_per_s_" + which] = round(n / dt, 1)
     out["warm_epochs_s"] = [round(s, 4) for s in seconds[name]]
     pair.append(out)
-ratios = [r / o for r, o in zip(seconds["databricks-sdk-air"], seconds["air_core.torch"])]
-print(json.dumps({"pair": pair, "first": first, "cold_ratio": cold["databricks-sdk-air"] / cold["air_core.torch"],
+a, b = (twins[0], twins[0] + " (second)") if twins else ("databricks-sdk-air", "air_core.torch")
+ratios = [r / o for r, o in zip(seconds[a], seconds[b])]  # a twin's: > 1 where the one filled first is slower
+print(json.dumps({"pair": pair, "first": first, "cold_ratio": cold[a] / cold[b],
                   "warm_ratios": [round(x, 3) for x in ratios]}))
 """
 
@@ -225,6 +236,22 @@ def settle() -> None:
     time.sleep(3)
 
 
+def twins(repeat: int, warm: int) -> list[dict]:
+    """Each loader against a second one of its own kind (6 workers, a cache each), the first filled first: the
+    median over processes of each one's warm ratio, first filled ÷ second (> 1: the first filled is slower)."""
+    nested, flat = image_volume()
+    results: list[dict] = []
+    for kind in ("databricks-sdk-air", "air_core.torch"):
+        ratios = []
+        for _ in range(repeat):
+            settle()
+            run = measure(PAIRED, nested, flat, "6", str(warm), "first", kind)
+            ratios.append(round(statistics.median(run["warm_ratios"]), 3))
+        emit({"system": f"{kind} against itself: warm epochs of the one filled first ÷ the other's, 6 workers",
+              "per_process": ratios, "median": statistics.median(ratios)}, results)
+    return results
+
+
 def main(repeat: int = 3, warm: int = 9) -> list[dict]:
     nested, flat = image_volume()
     results: list[dict] = []
@@ -261,9 +288,13 @@ if __name__ == "__main__":
                         help="processes per worker count of ours, half with each loader first (even)")
     parser.add_argument("--warm", type=int, default=9, help="warm epochs of each loader per process, in turns")
     parser.add_argument("--breakdown", action="store_true", help="where a warm item's time goes (both measurements), then exit")
+    parser.add_argument("--twins", action="store_true",
+                        help="each loader against a second of its own kind instead: does the one filled first lag?")
     args = parser.parse_args()
     if args.breakdown:
         print(json.dumps(measure(BREAKDOWN, *image_volume())))
         print(json.dumps(measure(LOADER_CPU, *image_volume(), "15")))
+    elif args.twins:
+        twins(args.repeat, args.warm)
     else:
         main(args.repeat, args.warm)
