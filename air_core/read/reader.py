@@ -235,6 +235,13 @@ class TableReader(Reader):
         here (a mixture of tables, `air_core.mixed_table`, interleaves its sources' rows with `shuffle`)."""
         return pieces
 
+    def read_rows(self, pieces: Sequence, cache: Cache, **options: Any) -> Iterator[tuple[int, list[dict[str, Any]]]]:
+        """The rows of `read_pieces` (same options) as Python rows, a list per table it yields, with its position
+        in `pieces`: here its tables converted; a format that makes Python rows without a table (JSON Lines)
+        makes them so."""
+        for index, table in self.read_pieces(pieces, cache, **options):
+            yield index, table.to_pylist()
+
     def read_tables(self, pieces: Sequence, cache: Cache, **options: Any) -> Iterator[pa.Table]:
         """The tables of `read_pieces` (same options), without their pieces' positions."""
         for _, table in self.read_pieces(pieces, cache, **options):
