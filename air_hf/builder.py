@@ -253,7 +253,8 @@ class UCVolume(datasets.ArrowBasedBuilder):
         return generators
 
     def _get_examples_iterable_for_split(self, split_generator):
-        return Tables.of(super()._get_examples_iterable_for_split(split_generator), self.info.features)
+        return Tables.of(super()._get_examples_iterable_for_split(split_generator), self.info.features,
+                         self._generate_rows)
 
     def _prepare_split(self, split_generator, **kwargs):
         # A non-streaming load writes the rows into datasets' Arrow cache, which outlives the
@@ -273,8 +274,8 @@ class UCVolume(datasets.ArrowBasedBuilder):
             self._dealt = epoch, reader.deal(reader.epoch_pieces(c.planning, epoch=epoch), parts, c.planning)
         return self._dealt[1]
 
-    def _generate_tables(self, shards: list, parts: int | None = None,
-                         epoch: int = 0) -> Iterator[tuple[int, pa.Table]]:
+    def _shard_pieces(self, shards: list, parts: int | None, epoch: int) -> tuple[list, Cache, int]:
+        """The pieces of `shards` as they are read, the node cache and the fetch threads."""
         freeze_inherited()
         c, reader = self.config, self._source.reader
         if parts is not None:  # a mixture: `shards` are slots of the epoch being iterated
@@ -284,8 +285,15 @@ class UCVolume(datasets.ArrowBasedBuilder):
         threads = c.fetch_threads or default_fetch_threads()
         pieces = [piece for shard in shards for piece in shard]
         if isinstance(reader, TableReader):
-            names, kinds = list(self._features), reader.media()
             pieces = reader.stream_pieces(pieces, c.planning, epoch=epoch)
+        return pieces, cache, threads
+
+    def _generate_tables(self, shards: list, parts: int | None = None,
+                         epoch: int = 0) -> Iterator[tuple[int, pa.Table]]:
+        c, reader = self.config, self._source.reader
+        pieces, cache, threads = self._shard_pieces(shards, parts, epoch)
+        if isinstance(reader, TableReader):
+            names, kinds = list(self._features), reader.media()
             tables = reader.read_tables(pieces, cache, columns=c.columns, fetch_threads=threads,
                                         planning=c.planning, epoch=epoch, on_error=c.on_error)
             yield from enumerate(media.table(t.select(names), kinds) for t in tables)
@@ -299,3 +307,21 @@ class UCVolume(datasets.ArrowBasedBuilder):
         for k, batch in enumerate(iter(lambda: list(islice(files, FILES_PER_TABLE)), [])):
             yield k, rows.table(batch, manifest, features, schema, c.decode,
                                 embed_media=self._embed_media)
+
+    def _generate_rows(self, shards: list, parts: int | None = None,
+                       epoch: int = 0) -> Iterator[tuple[int, list[dict]]]:
+        """The rows of `_generate_tables`, as `datasets`' PythonFormatter gives them, in lists: a table's rows from
+        its reader's `read_rows` (JSON Lines makes them without a table), a row per file its table converted. Only
+        for features that need no decoding (`Tables`): so no media column."""
+        c, reader = self.config, self._source.reader
+        if not isinstance(reader, TableReader):
+            for k, table in self._generate_tables(shards, parts, epoch):
+                yield k, table.to_pylist()
+            return
+        pieces, cache, threads = self._shard_pieces(shards, parts, epoch)
+        names = list(self._features)
+        for k, (_, got) in enumerate(reader.read_rows(pieces, cache, columns=c.columns, fetch_threads=threads,
+                                                      planning=c.planning, epoch=epoch, on_error=c.on_error)):
+            if got and list(got[0]) != names:  # a reader's own column order (Parquet's partition columns last)
+                got = [{n: row[n] for n in names} for row in got]
+            yield k, got

@@ -6,13 +6,14 @@ iterated row by row, `datasets` adds a step that casts to the dataset's
 features, cutting every table into one-row tables and converting each on
 its own (~30 µs a row, more than reading and parsing it). This builder's
 tables already carry its features' types, so the iterable reporting those
-features skips that step, and its rows come from `datasets`' own
-conversion of batches of rows (a few µs a row): the same values, in the
-same order, with the same resume state; and converted 1,000 at a time,
-not 10 (`datasets`' own loop, the same state): `ds.iter(batch_size=...)`
-then costs about what it did through that step, in batches. Features that
-need decoding (`Image`, `Audio`, ...) keep the step, which is where
-`datasets` decodes them.
+features skips that step. Its rows are the builder's own Python rows
+(`_generate_rows`: JSON Lines decoded straight into rows, without a
+table; other tables converted 1,000 rows at a time), in `datasets`' own
+loop with its resume state: the same values as `datasets`' conversion, in
+the same order.
+Features that need decoding (`Image`, `Audio`, ...) keep the step, which
+is where `datasets` decodes them; `iter_arrow` (`with_format("arrow")`)
+reads the tables.
 
 **The epoch.** A mixture's epochs hold different items, so the builder's
 tables function must know which epoch it generates. `datasets` has no
@@ -41,30 +42,36 @@ from __future__ import annotations
 
 import sys
 
-from itertools import islice, repeat
+from itertools import islice
+from typing import Any, Callable, Iterator
 
 import datasets
 from datasets.features.features import require_decoding
-from datasets.formatting import PythonFormatter
 from datasets.iterable_dataset import ArrowExamplesIterable, _split_gen_kwargs
 
 EPOCH = "epoch"  # the gen_kwarg that adds up the epochs' shifts (an int, not a list: never split into shards)
-ROWS_AT_ONCE = 1000  # rows converted to Python at once, where they need no decoding (datasets: 10)
+
+# (gen_kwargs) -> (key, Python rows), in lists: the rows of the tables function's tables, as they convert.
+RowsFn = Callable[..., Iterator[tuple[Any, list[dict]]]]
 
 
 class Tables(ArrowExamplesIterable):
-    """An `ArrowExamplesIterable` that reports `features` and adds up the epochs' seed shifts into its `EPOCH` gen_kwarg."""
+    """An `ArrowExamplesIterable` that reports `features`, yields rows of a rows function beside its tables
+    function, and adds up the epochs' seed shifts into its `EPOCH` gen_kwarg."""
 
     _features: datasets.Features | None
+    _rows_fn: RowsFn
     _worker_split: bool  # the DataLoader worker's own shards: the next shift is the worker's id, not an epoch
 
     @classmethod
-    def of(cls, plain: ArrowExamplesIterable, features: datasets.Features | None) -> Tables:
-        """`plain` as this class; `features` not reported when one of them needs decoding."""
+    def of(cls, plain: ArrowExamplesIterable, features: datasets.Features | None, rows_fn: RowsFn) -> Tables:
+        """`plain` as this class, its rows from `rows_fn` (taking the tables function's gen_kwargs); `features`
+        not reported when one of them needs decoding (its rows then come from `datasets`, which decodes them)."""
         # Copies `plain`'s fields rather than calling its constructor, whose arguments vary across datasets releases.
         it = cls.__new__(cls)
         it.__dict__.update(plain.__dict__)
         it._features = None if features is None or any(require_decoding(f) for f in features.values()) else features
+        it._rows_fn = rows_fn
         it._worker_split = False
         return it
 
@@ -76,21 +83,18 @@ class Tables(ArrowExamplesIterable):
         if self._features is None:
             yield from super().__iter__()
             return
-        # datasets' own loop (ArrowExamplesIterable.__iter__), with its state (shard, example in shard), converting
-        # ROWS_AT_ONCE rows at a time rather than 10: in tens, narrow rows (Parquet's id, x, text) cost ~1.6x more.
-        formatter = PythonFormatter()
+        # datasets' own loop (ArrowExamplesIterable.__iter__), with its state (shard, example in shard), over the
+        # rows function's rows rather than its tables converted.
         state = self._state_dict or {"shard_idx": 0, "shard_example_idx": 0}  # none: a pass nobody resumes
         for gen_kwargs in islice(_split_gen_kwargs(self.kwargs, max_num_jobs=self.num_shards), state["shard_idx"], None):
             skip = state["shard_example_idx"]
-            for key, table in self.generate_tables_fn(**gen_kwargs):
-                if skip >= len(table):
-                    skip -= len(table)
+            for key, rows in self._rows_fn(**gen_kwargs):
+                if skip >= len(rows):
+                    skip -= len(rows)
                     continue
-                for part in table.slice(skip).to_reader(max_chunksize=ROWS_AT_ONCE):
-                    batch = formatter.format_batch(part)
-                    for example in map(dict, map(zip, repeat(list(batch)), zip(*batch.values()))):
-                        state["shard_example_idx"] += 1
-                        yield key, example
+                for example in islice(rows, skip, None):
+                    state["shard_example_idx"] += 1
+                    yield key, example
                 skip = 0
             state["shard_idx"] += 1
             state["shard_example_idx"] = 0
@@ -98,21 +102,21 @@ class Tables(ArrowExamplesIterable):
     def shift_rngs(self, value: int) -> Tables:
         if EPOCH not in self.kwargs:
             return self
-        it = Tables.of(self, self._features)
+        it = Tables.of(self, self._features, self._rows_fn)
         if not self._worker_split:
             it.kwargs = {**self.kwargs, EPOCH: self.kwargs[EPOCH] + value}
         return it
 
     def shuffle_data_sources(self, generator) -> Tables:  # noqa: ANN001 - datasets' signature
-        return Tables.of(super().shuffle_data_sources(generator), self._features)
+        return Tables.of(super().shuffle_data_sources(generator), self._features, self._rows_fn)
 
     def shard_data_sources(self, num_shards: int, index: int, contiguous: bool = True) -> Tables:
-        it = Tables.of(super().shard_data_sources(num_shards, index, contiguous=contiguous), self._features)
+        it = Tables.of(super().shard_data_sources(num_shards, index, contiguous=contiguous), self._features, self._rows_fn)
         it._worker_split = _this_worker() == (num_shards, index)
         return it
 
     def reshard_data_sources(self) -> Tables:
-        return Tables.of(super().reshard_data_sources(), self._features)
+        return Tables.of(super().reshard_data_sources(), self._features, self._rows_fn)
 
 
 def _this_worker() -> tuple[int, int] | None:

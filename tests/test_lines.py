@@ -45,13 +45,16 @@ def _ids(tables) -> list[int]:
     return [i for t in tables for i in t.column("id").to_pylist()]
 
 
-def _read_share(source, rank: int, world_size: int, **plan) -> list[int]:
+def _read_share(source, rank: int, world_size: int, rows: bool = False, **plan) -> list[int]:
+    """The ids of a rank's share, from its tables, or (`rows`) from its Python rows."""
     reader = source.reader
     epoch = plan.pop("epoch", 0)
     planning = Planning(plan.pop("seed", 0), plan.pop("shuffle", False), equalize=plan.pop("equalize", "none"))
     _, pieces = reader.share(rank, world_size, planning, epoch=epoch)
-    return _ids(reader.read_tables(pieces, Cache(), columns=None, fetch_threads=4, planning=planning, epoch=epoch,
-                                   **plan))
+    options = dict(columns=None, fetch_threads=4, planning=planning, epoch=epoch, **plan)
+    if rows:
+        return [r["id"] for _, got in reader.read_rows(pieces, Cache(), **options) for r in got]
+    return _ids(reader.read_tables(pieces, Cache(), **options))
 
 
 # -- spans: every record once, whoever reads it -----------------------------------------
@@ -132,6 +135,7 @@ def test_shuffle_is_seeded_per_epoch_across_and_inside_spans(volume, small_spans
     assert sum(b < a for a, b in zip(first, first[1:])) > len(source.reader.units())
     assert _read_share(source, 0, 1, shuffle=True, seed=3, epoch=0) == first
     assert _read_share(source, 0, 1, shuffle=True, seed=3, epoch=1) != first
+    assert _read_share(source, 0, 1, rows=True, shuffle=True, seed=3, epoch=0) == first  # Python rows alike
 
 
 # -- formats -------------------------------------------------------------------------------
@@ -241,7 +245,8 @@ def test_format_options_are_refused_where_they_do_not_apply(volume):
 
 # -- bad records -----------------------------------------------------------------------------
 
-def test_a_malformed_record_names_file_line_and_offset(volume, small_spans):
+@pytest.mark.parametrize("rows", [False, True])
+def test_a_malformed_record_names_file_line_and_offset(volume, small_spans, rows):
     lines = [json.dumps(r) for r in _records(100)]
     lines[73] = '{"id": 73, "messages": [}'
     volume.write("d/a.jsonl", "\n".join(lines) + "\n")
@@ -249,10 +254,11 @@ def test_a_malformed_record_names_file_line_and_offset(volume, small_spans):
     source = resolve_source(volume.path("d"))
     with pytest.raises(RecordError, match=rf"/d/a\.jsonl, line 74 \(byte offset {offset}\): not a valid JSON "
                                           r"object.*on_error='skip'"):
-        _read_share(source, 0, 1)
+        _read_share(source, 0, 1, rows)
 
 
-def test_a_malformed_record_anywhere_around_a_cut_is_named_and_skipped(volume, small_spans):
+@pytest.mark.parametrize("rows", [False, True])
+def test_a_malformed_record_anywhere_around_a_cut_is_named_and_skipped(volume, small_spans, rows):
     # A span's records are parsed in place in its cached copy, its last one joined to its run-on: a bad record
     # on either side of that seam, or first after a cut, is found and said the same.
     lines = [json.dumps({"id": i, "pad": "p" * 90}) for i in range(120)]
@@ -264,8 +270,8 @@ def test_a_malformed_record_anywhere_around_a_cut_is_named_and_skipped(volume, s
         broken[bad] = '{"id": ' + str(bad) + ', "pad": '
         volume.write(f"d{bad}/a.jsonl", "\n".join(broken) + "\n")
         with pytest.raises(RecordError, match=rf"a\.jsonl, line {bad + 1} \(byte offset {starts[bad]}\)"):
-            _read_share(resolve_source(volume.path(f"d{bad}")), 0, 1)
-        got = _read_share(resolve_source(volume.path(f"d{bad}")), 0, 1, on_error="skip")
+            _read_share(resolve_source(volume.path(f"d{bad}")), 0, 1, rows)
+        got = _read_share(resolve_source(volume.path(f"d{bad}")), 0, 1, rows, on_error="skip")
         assert got == [i for i in range(120) if i != bad]
 
 

@@ -10,8 +10,8 @@ must match (`equalize`), every span's records are counted first, and row
 ranges of spans are dealt, as the Parquet reader deals row groups.
 
 A format is a `LinesReader` subclass (its extensions, its schema) and a
-`Format` (how a run of whole records parses into a table), which travels to
-the processes that read.
+`Format` (how a run of whole records parses into a table, and, where it can,
+straight into Python rows), which travels to the processes that read.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import mmap
 import os
 import zlib
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, BinaryIO, ClassVar, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, BinaryIO, Callable, ClassVar, Iterable, Iterator, Sequence
 
 import numpy as np
 
@@ -35,7 +35,7 @@ from ..planning.shares import Planning
 from . import COMPRESSIONS, line_spans
 from .line_spans import TAIL_BYTES, Span, Spans, first_record, tail_end
 from .reader import TableReader
-from .row_groups import CountedPart, CountedUnits, localize, within
+from .row_groups import CountedPart, CountedUnits, Rows, localize, within
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -79,6 +79,12 @@ class Format:
         """The records in `data` (whole records, newline-separated; bytes, or a view of a span's mapped copy in
         the cache); `first`: it starts at its file's start."""
         raise NotImplementedError
+
+    def rows(self, data: Buffer, *, first: bool) -> list[dict[str, Any]] | None:
+        """The records in `data` (as `parse` takes them) as Python rows, equal to `parse(...).to_pylist()`, made
+        without a table; None where this format or its schema has no such way, or a record is not one it takes
+        (then `parse` reads the run, and says what is wrong)."""
+        return None
 
     def explain(self, line: bytes) -> str | None:
         """What is wrong with one record that does not parse, in the user's words; None: the parser's say."""
@@ -194,6 +200,16 @@ class LinesReader(CountedUnits, TableReader):
                                           on_error=on_error, skipped=skipped):
             yield index, table
 
+    def read_rows(self, pieces: Sequence[Piece], cache: Cache, *, columns: Sequence[str] | None,
+                  fetch_threads: int, planning: Planning = Planning(), epoch: int = 0, on_error: str = "raise",
+                  skipped: list[str] | None = None) -> Iterator[tuple[int, list[dict[str, Any]]]]:
+        """As `read_pieces`, a list of Python rows per table it yields: each run's made by the format's `rows`
+        where it gives them, without a table."""
+        for index, _, rows in read_span_rows(self.source.manifest, pieces, cache, self.format().select(columns),
+                                             local_root=self.source.local, planning=planning, epoch=epoch,
+                                             on_error=on_error, skipped=skipped):
+            yield index, rows
+
     def part(self, pieces: Sequence[Piece], planning: Planning, *, epoch: int) -> LinesPart:
         m = self.source.manifest
         files, local = localize(pieces)
@@ -223,6 +239,24 @@ def read_spans(manifest: Manifest, pieces: Sequence[Piece], cache: Cache, fmt: F
     of them, for a `RowSlice`), in an order seeded by (the planning's seed, epoch, span) with its `shuffle`; a
     compressed file's in runs of about `CHUNK_BYTES`. `skipped`: where each record left out under on_error="skip"
     lay is added to it."""
+    return _runs(manifest, pieces, cache, fmt, _parse, lambda table, order: table.take(order),
+                 local_root=local_root, planning=planning, epoch=epoch, on_error=on_error, skipped=skipped)
+
+
+def read_span_rows(manifest: Manifest, pieces: Sequence[Piece], cache: Cache, fmt: Format, *, local_root: str,
+                   planning: Planning, epoch: int, on_error: str,
+                   skipped: list[str] | None = None) -> Iterator[tuple[int, str, list[dict[str, Any]]]]:
+    """As `read_spans`, each run's rows as a list of Python rows (`_rows`): the same rows, in the same order, with
+    the same errors and skips."""
+    return _runs(manifest, pieces, cache, fmt, _rows, lambda rows, order: [rows[i] for i in order.tolist()],
+                 local_root=local_root, planning=planning, epoch=epoch, on_error=on_error, skipped=skipped)
+
+
+def _runs(manifest: Manifest, pieces: Sequence[Piece], cache: Cache, fmt: Format,
+          parse: Callable[[Format, _Where, Sequence[Buffer], str, list[str] | None], Rows],
+          take: Callable[[Rows, np.ndarray], Rows], *, local_root: str, planning: Planning, epoch: int,
+          on_error: str, skipped: list[str] | None) -> Iterator[tuple[int, str, Rows]]:
+    """`read_spans`, each run made by `parse` (a table, or Python rows) and reordered by `take`."""
     units = [unit_of(p) for p in pieces]
     for index, (piece, (unit, chunks)) in enumerate(zip(pieces, _records(manifest, units, cache, local_root))):
         path = manifest.volume_path(unit.file)
@@ -231,14 +265,14 @@ def read_spans(manifest: Manifest, pieces: Sequence[Piece], cache: Cache, fmt: F
         for k, (base, lines, parts) in enumerate(chunks):
             if hi is not None and done >= hi:
                 break
-            table = _parse(fmt, _Where(manifest, unit, base, lines, local_root), parts, on_error, skipped)
-            table, done = within(table, done, lo, hi), done + table.num_rows
-            if planning.shuffle and table.num_rows > 1:
+            run = parse(fmt, _Where(manifest, unit, base, lines, local_root), parts, on_error, skipped)
+            run, done = within(run, done, lo, hi), done + len(run)
+            if planning.shuffle and len(run) > 1:
                 # Seeded by the file's name, not its place in a listing: a Ray task's part renumbers its files.
                 rng = np.random.default_rng((planning.seed, epoch, zlib.crc32(manifest.paths[unit.file].encode()),
                                              unit.index, k))
-                table = table.take(rng.permutation(table.num_rows))
-            yield index, path, table
+                run = take(run, rng.permutation(len(run)))
+            yield index, path, run
 
 
 # (offset in the file, or in its decompressed bytes; newlines before it, -1: not known; whole records, in parts
@@ -401,6 +435,21 @@ def _parse(fmt: Format, where: _Where, parts: Sequence[Buffer], on_error: str,
                      first=first)
 
 
+def _rows(fmt: Format, where: _Where, parts: Sequence[Buffer], on_error: str,
+          skipped: list[str] | None = None) -> list[dict[str, Any]]:
+    """The rows of `_parse`'s table as Python rows: made by the format's `rows`, without a table, where it gives
+    them for every part; else (a format without them, or a record they do not take) `_parse`'s table converted,
+    so a malformed record raises, or is skipped and counted, exactly as there."""
+    first = where.base == 0
+    rows: list[dict[str, Any]] = []
+    for k, p in enumerate([p for p in parts if len(p)]):
+        got = fmt.rows(p, first=first and not k)
+        if got is None:
+            return _parse(fmt, where, parts, on_error, skipped).to_pylist()
+        rows += got
+    return rows
+
+
 def _line_starts(data: bytes) -> list[int]:
     ends = np.flatnonzero(np.frombuffer(data, dtype=np.uint8) == 10) + 1
     starts = np.concatenate([[0], ends[ends < len(data)]])
@@ -484,4 +533,5 @@ def _count_newlines(file: BinaryIO, end: int) -> int:
     return n
 
 
-__all__ = ["COMPRESSIONS", "Buffer", "Format", "LinesPart", "LinesReader", "compression", "read_spans"]
+__all__ = ["COMPRESSIONS", "Buffer", "Format", "LinesPart", "LinesReader", "compression", "read_span_rows",
+           "read_spans"]

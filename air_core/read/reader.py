@@ -34,6 +34,8 @@ if TYPE_CHECKING:
     from ..source import Source
     from ..io.files import CachedFile, Skipped
 
+# Rows of a table converted to Python rows at once (`TableReader.read_rows`).
+ROWS_AT_ONCE = 1000
 # What each option a door may pass to `check` means when left as it is: such a value is never refused.
 _UNSET: dict[str, tuple[Any, ...]] = {
     "on_error": ("raise",), "balance": ("bytes",), "decode": ("path",), "labels": (False,),
@@ -234,6 +236,15 @@ class TableReader(Reader):
         """One stream's planned pieces (a `RowStream`'s, a `uc-volume` shard's) as it reads them: as planned,
         here (a mixture of tables, `air_core.mixed_table`, interleaves its sources' rows with `shuffle`)."""
         return pieces
+
+    def read_rows(self, pieces: Sequence, cache: Cache, **options: Any) -> Iterator[tuple[int, list[dict[str, Any]]]]:
+        """The rows of `read_pieces` (same options) as Python rows, in lists, each with its piece's position in
+        `pieces`: here its tables converted, `ROWS_AT_ONCE` rows at a time (a row group's rows all at once would
+        hold them all in Python besides the table); a format that makes Python rows without a table (JSON Lines)
+        makes them so."""
+        for index, table in self.read_pieces(pieces, cache, **options):
+            for start in range(0, table.num_rows, ROWS_AT_ONCE):
+                yield index, table.slice(start, ROWS_AT_ONCE).to_pylist()
 
     def read_tables(self, pieces: Sequence, cache: Cache, **options: Any) -> Iterator[pa.Table]:
         """The tables of `read_pieces` (same options), without their pieces' positions."""

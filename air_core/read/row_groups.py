@@ -13,7 +13,7 @@ counted first (`counted()`) and they are planned as row groups are.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence, TypeVar
 
 import numpy as np
 
@@ -26,6 +26,8 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
     from ..planning.shares import Equalize, Planning
+
+Rows = TypeVar("Rows", "pa.Table", "list[dict[str, Any]]")
 
 
 class RowGroupPieces:
@@ -154,9 +156,9 @@ class CountedPart(Part):
         return [f"{self.root}/{r[0]}" for r in self.listing]
 
 
-def within(table: pa.Table, before: int, lo: int, hi: int | None) -> pa.Table:
-    """The rows of `table` that lie in [lo, hi) (`hi` None: to the end) of a sequence of rows, the table holding
-    its rows [before, before + len): all of it, a slice, or none."""
-    n = table.num_rows
+def within(table: Rows, before: int, lo: int, hi: int | None) -> Rows:
+    """The rows of `table` (a table, or a list of Python rows) that lie in [lo, hi) (`hi` None: to the end) of a
+    sequence of rows, the table holding its rows [before, before + len): all of it, a slice, or none."""
+    n = len(table)
     a, b = max(lo, before), before + n if hi is None else min(hi, before + n)
-    return table if (a, b) == (before, before + n) else table.slice(a - before, max(0, b - a))
+    return table if (a, b) == (before, before + n) else table[a - before:max(a, b) - before]
