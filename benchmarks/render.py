@@ -403,10 +403,10 @@ LINES_NOTES = [
     "- Through a DataLoader, rows come one at a time out of `datasets`' `IterableDataset`. For HF's json",
     "  builder it cuts each table into one-row tables and converts each to a Python dict (~30 µs a row,",
     "  more than reading and parsing it). The uc-volume builder's examples iterable reports its features",
-    "  (`air_hf/examples.py`), so `datasets` skips that step and its rows are converted 1,000 at a time:",
-    "  in one process, chat records `for row in ds` ~12 µs a row against ~36 before. What is left in a",
-    "  DataLoader row is that conversion to Python dicts and the workers' hand-over: 15-21 µs of CPU a row",
-    "  here, against the parse's 5-7, so 0.7x the parse ceiling stays out of reach for rows as dicts.",
+    "  (`air_hf/examples.py`), so `datasets` skips that step, and its JSON Lines rows skip Arrow: each run",
+    "  of records is decoded by msgspec straight into dicts of the schema's types (~4.4 µs of CPU a chat",
+    "  record in one process, against ~7 through pyarrow's parse and a table's conversion). The first",
+    "  epoch also fetches every span from the volume; its second epoch, warm, shows the rows' own cost.",
     "- With one file and 2 ranks HF's json builder has one shard: `split_dataset_by_node` makes every rank",
     "  read and parse the whole file and keep every other row, and one of each rank's 2 DataLoader workers",
     "  idles: 2.0x the bytes, 48 µs a row against our 36.",
@@ -550,7 +550,10 @@ TORCH_NOTES = [
     "  above is the median over runs. Within a process the loader whose cold epoch ran first (whose",
     "  copies were written first) is the slower in warm epochs, by up to ~20% whichever it is, so for each",
     "  worker count half the runs start with each loader (`went_first`); until this was balanced, 6",
-    "  workers had ours first in 2 runs of 3 and 2 workers the reference.",
+    "  workers had ours first in 2 runs of 3 and 2 workers the reference. Each loader against a second of",
+    "  its own kind (`bench_torch.py --twins --repeat 3`, 6 workers, a cache each) lags as much when it",
+    "  filled its cache first: the reference 1.20x, 1.20x, 1.24x slower in warm epochs than its twin, ours",
+    "  1.30x, 1.29x, 1.30x. So it is the order, not the loader.",
 ]
 
 def torch_breakdown(data: dict) -> list[str]:
