@@ -114,9 +114,13 @@ def test_rows_are_the_parse_converted_or_none(case):
     fmt = JsonFormat(schema, columns)
     rows = fmt.rows(data, first=True)
     try:
-        expected = fmt.parse(data, first=True).to_pylist()
+        table = fmt.parse(data, first=True)
     except (pa.ArrowException, ValueError):
         assert rows is None  # a run the parse refuses: parsed again, where the error is said
+        return
+    try:
+        expected = table.to_pylist()
+    except pa.ArrowException:  # pyarrow's own conversion fails (a list<null> its JSON reader made): nothing to match
         return
     assert rows is None or same(rows, expected)
 
