@@ -20,24 +20,12 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import subprocess
-import tempfile
-from pathlib import Path
 
 from run_all import BENCHES, HERE, RESULTS, run
 
-from common import netvol_so
+from common import REPO, checked_out, netvol_so, short_sha
 
-REPO = HERE.parent
 COMPARED = RESULTS / "before_after"
-
-
-def checkout(rev: str) -> Path:
-    """`rev` in a temporary worktree of this repository."""
-    tree = Path(tempfile.mkdtemp(prefix="air-before-"))
-    subprocess.run(["git", "-C", str(REPO), "worktree", "add", "--detach", str(tree), rev], check=True,
-                   capture_output=True)
-    return tree
 
 
 def main() -> None:
@@ -45,10 +33,8 @@ def main() -> None:
     p.add_argument("--rev", required=True, help="the revision before the change")
     p.add_argument("--only", help="comma-separated subset of the benchmarks both trees have")
     args = p.parse_args()
-    sha = {rev: subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", rev], check=True, capture_output=True,
-                               text=True).stdout.strip() for rev in (args.rev, "HEAD")}
-    before = checkout(args.rev)
-    try:
+    sha = {rev: short_sha(rev) for rev in (args.rev, "HEAD")}
+    with checked_out(args.rev) as before:
         names = [n for n in (args.only.split(",") if args.only else BENCHES)
                  if (before / "benchmarks" / BENCHES[n][0]).exists()]
         netvol_so()  # built from this tree before either runs, then used by both
@@ -61,8 +47,6 @@ def main() -> None:
             shutil.copy(COMPARED / "after" / f"{name}.jsonl", RESULTS / f"{name}.jsonl")
             runs[name] = {"before": sha[args.rev], "after": sha["HEAD"], "first": codes[0][0]}
             record.write_text(json.dumps({"runs": runs}, indent=1) + "\n")
-    finally:
-        subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(before)], capture_output=True)
     from render import render
 
     render(RESULTS, HERE / "RESULTS.md", HERE / "results.png")

@@ -26,7 +26,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from common import REPO, NETVOL, VOLUME, emit, netvol_so
+from common import REPO, NETVOL, VOLUME, checked_out, emit, netvol_so
 
 ROOT = f"{VOLUME}/scale"
 GRID = {"world_size": 8, "num_workers": 6}
@@ -246,13 +246,6 @@ def make_tree(files: int, per_folder: int = 1000) -> str:
     return path
 
 
-def checkout(rev: str) -> Path:
-    tree = Path(tempfile.mkdtemp(prefix="air-scale-old-"))
-    subprocess.run(["git", "-C", str(REPO), "worktree", "add", "--detach", str(tree), rev], check=True,
-                   capture_output=True)
-    return tree
-
-
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--sizes", default="100000,1000000,10000000")
@@ -261,34 +254,33 @@ def main() -> None:
     p.add_argument("--old-max", type=int, default=1_000_000, help="largest size the old code is run at")
     p.add_argument("--codes", default="new,old", help="which code to run: new, old or both")
     args = p.parse_args()
-    old = checkout(args.old)
     results: list[dict] = []
-    try:
-        tree = make_tree(args.tree)
-        codes = [(c, w) for c, w in (("new", REPO), ("old", old)) if c in args.codes.split(",")]
-        for code, where in codes:
-            emit({"bench": "scale", "what": "list", "code": code, "files": args.tree,
-                  **(run(LIST, where, tree, slow=True) or {})}, results)
-        for code, where in codes:
-            emit({"bench": "scale", "what": "doors", "code": code, "files": args.tree,
-                  **(run(DOORS, where, "hf", tree, slow=True) or {}),
-                  **(run(DOORS, where, "ray", tree, slow=True) or {})}, results)
-        for n in map(int, args.sizes.split(",")):
+    with checked_out(args.old) as old:
+        try:
+            tree = make_tree(args.tree)
+            codes = [(c, w) for c, w in (("new", REPO), ("old", old)) if c in args.codes.split(",")]
             for code, where in codes:
-                if code == "old" and n > args.old_max:
-                    continue
-                record = {"bench": "scale", "code": code, "files": n}
-                record.update(run(PLAN, where, str(n), ROOT) or {"plan_s": None})
-                record.update(run(RESUME, where, str(n), ROOT) or {"resume_s": None})
-                listing = os.path.join(tempfile.gettempdir(), f"air-scale-{code}-{n}.listing")
-                record.update(run(SAVE, where, str(n), ROOT, listing) or {})
-                record.update(run(LOADER, where, str(n), ROOT, listing) or {"first_item_s": None})
-                if os.path.exists(listing):
-                    os.unlink(listing)
-                emit(record, results)
-    finally:
-        subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(old)], capture_output=True)
-        shutil.rmtree(Path(VOLUME) / "scale", ignore_errors=True)
+                emit({"bench": "scale", "what": "list", "code": code, "files": args.tree,
+                      **(run(LIST, where, tree, slow=True) or {})}, results)
+            for code, where in codes:
+                emit({"bench": "scale", "what": "doors", "code": code, "files": args.tree,
+                      **(run(DOORS, where, "hf", tree, slow=True) or {}),
+                      **(run(DOORS, where, "ray", tree, slow=True) or {})}, results)
+            for n in map(int, args.sizes.split(",")):
+                for code, where in codes:
+                    if code == "old" and n > args.old_max:
+                        continue
+                    record = {"bench": "scale", "code": code, "files": n}
+                    record.update(run(PLAN, where, str(n), ROOT) or {"plan_s": None})
+                    record.update(run(RESUME, where, str(n), ROOT) or {"resume_s": None})
+                    listing = os.path.join(tempfile.gettempdir(), f"air-scale-{code}-{n}.listing")
+                    record.update(run(SAVE, where, str(n), ROOT, listing) or {})
+                    record.update(run(LOADER, where, str(n), ROOT, listing) or {"first_item_s": None})
+                    if os.path.exists(listing):
+                        os.unlink(listing)
+                    emit(record, results)
+        finally:
+            shutil.rmtree(Path(VOLUME) / "scale", ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -15,7 +15,9 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))  # netvol/, the emulator, is the repository's, not an installed package
@@ -78,6 +80,24 @@ def measure(code_or_script: str | Path, *args: str, slow: bool = True, env: dict
     if out.returncode != 0:
         raise RuntimeError(f"{cmd} failed:\n{out.stderr[-3000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+@contextmanager
+def checked_out(rev: str) -> Iterator[Path]:
+    """`rev` of this repository in a temporary worktree, removed when done: an earlier revision's code to run."""
+    tree = Path(tempfile.mkdtemp(prefix="air-rev-"))
+    subprocess.run(["git", "-C", str(REPO), "worktree", "add", "--detach", str(tree), rev], check=True,
+                   capture_output=True)
+    try:
+        yield tree
+    finally:
+        subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(tree)], capture_output=True)
+
+
+def short_sha(rev: str) -> str:
+    """`rev`'s abbreviated commit in this repository."""
+    return subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", rev], check=True, capture_output=True,
+                          text=True).stdout.strip()
 
 
 def emit(record: dict, results: list[dict]) -> None:

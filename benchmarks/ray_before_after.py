@@ -28,9 +28,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from before_after import REPO, checkout
-
-from common import netvol_so
+from common import REPO, checked_out, netvol_so, short_sha
 
 HERE = Path(__file__).resolve().parent
 FIGURES = {"bytes_second": "include_bytes, second execution, files/s",
@@ -108,19 +106,15 @@ def main() -> None:
     p.add_argument("--repeat", type=int, default=3, help="pairs of executions per process")
     p.add_argument("--workdir", default=os.path.join(tempfile.gettempdir(), "air-bench"), help="bench_ray's")
     args = p.parse_args()
-    before = checkout(args.rev)
     samples: dict[str, dict[str, list[int]]] = {side: {k: [] for k in FIGURES} for side in ("before", "after")}
-    try:
+    with checked_out(args.rev) as before:
         for k in range(args.processes):
             for side, tree in [("before", before), ("after", REPO)][:: 1 if k % 2 == 0 else -1]:
                 got = one_process(tree, args.repeat, args.workdir)
                 print(json.dumps({"code": side, **got}), flush=True)
                 for key, values in got.items():
                     samples[side][key] += values
-    finally:
-        subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(before)], capture_output=True)
-    head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True,
-                          text=True).stdout.strip()
+    head = short_sha("HEAD")
     rows = [{"measure": what, "before": statistics.median(samples["before"][key]),
              "after": statistics.median(samples["after"][key]), "samples": len(samples["after"][key])}
             for key, what in FIGURES.items()]
