@@ -65,10 +65,10 @@ from typing import Callable
 from ..errors import VolumePathError
 from ..io import transport, volume
 from ..io.node_lock import node_lock
+from ..io.published import GRACE_SECONDS, read_json
 
 POINTER = "_air_export.json"
 EXPORTS = "_exports"
-GRACE_SECONDS = 3600.0
 _FORMAT = 2
 _POINTER_TMP = f".{POINTER}."
 _STAMP = "%Y%m%dT%H%M%SZ"
@@ -304,21 +304,6 @@ class Destination:
             if name.startswith(_POINTER_TMP) and now - mtime_ns / 1e9 >= GRACE_SECONDS:
                 with contextlib.suppress(FileNotFoundError):  # renamed into place by another exporter meanwhile
                     transport.remove(f"{self.vp.local}/{name}")
-
-
-def read_json(file: str) -> object:
-    """The JSON in `file`; None when there is no such file, False when its text is not JSON.
-
-    Every resolve asks a folder for a pointer, and most have none: a stat, not an open, says so.
-    """
-    if not transport.is_file(file):
-        return None
-    try:
-        return json.loads(transport.read_file(file))
-    except (FileNotFoundError, NotADirectoryError):
-        return None
-    except ValueError:
-        return False
 
 
 def _read_pointer(vp: volume.VolumePath) -> dict | None:

@@ -36,9 +36,9 @@ import shutil
 import time
 from dataclasses import dataclass
 
-from ..delta.publication import GRACE_SECONDS, read_json
 from ..errors import VolumePathError
 from ..io import transport, volume
+from ..io.published import GRACE_SECONDS, read_json
 
 POINTER = "_air_pack.json"
 GENERATIONS = "_packs"
