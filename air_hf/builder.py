@@ -231,6 +231,10 @@ class UCVolume(datasets.ArrowBasedBuilder):
 
     def _split_generators(self, dl_manager) -> list[datasets.SplitGenerator]:
         c, reader = self.config, self._source.reader
+        if c.columns is not None and list(self.info.features) != list(c.columns):
+            # datasets puts the user's features= over `_info`'s: the rows hold the chosen columns alone, and so do
+            # the features, each as given (HF's parquet builder settles columns= beside features= the same way).
+            self.info.features = datasets.Features({name: self.info.features[name] for name in c.columns})
         world_size = c.world_size or detect_rank()[1]
         if isinstance(self._source, (MixedSource, MixedTable)):
             pieces = reader.epoch_pieces(c.planning, epoch=0)  # every epoch holds as many items

@@ -332,6 +332,21 @@ def test_hf_non_streaming_load_and_columns(volume, small_spans, tmp_path):
     assert ds.column_names == ["id"] and sorted(ds["id"]) == list(range(120))
 
 
+def test_hf_columns_beside_features_keep_the_chosen_columns_on_every_path(volume, tmp_path):
+    volume.write("d/a.jsonl", '{"id": 1, "label": 0, "score": 0.5}\n{"id": 2, "label": 1, "score": 1.5}\n')
+    features = datasets.Features({"id": datasets.Value("int64"), "label": datasets.ClassLabel(names=["no", "yes"]),
+                                  "score": datasets.Value("float64")})
+    chosen = datasets.Features({"label": features["label"], "id": features["id"]})
+    rows = [{"label": 0, "id": 1}, {"label": 1, "id": 2}]
+    ds = datasets.load_dataset("uc-volume", data_dir=volume.path("d"), split="train", streaming=True,
+                               features=features, columns=["label", "id"])
+    assert ds.features == chosen and list(ds) == rows
+    assert next(ds.with_format("arrow").iter(batch_size=10)).to_pylist() == rows
+    ds = datasets.load_dataset("uc-volume", data_dir=volume.path("d"), split="train", features=features,
+                               columns=["label", "id"], cache_dir=str(tmp_path / "hf"))
+    assert ds.features == chosen and ds.column_names == ["label", "id"] and ds.to_list() == rows
+
+
 def test_hf_equalize_drop_gives_shards_equal_counts(volume, small_spans):
     volume.write("d/big.jsonl", _jsonl(_records(301)))
     ds = datasets.load_dataset("uc-volume", data_dir=volume.path("d"), streaming=True, split="train",
