@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import io
 import os
+import shutil
 import time
+from types import SimpleNamespace
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -423,7 +425,8 @@ FULL = 0  # a cache_limit= that admits nothing: a cache that holds its limit
 def full_cache(monkeypatch):
     """Node caches that admit nothing more, as on a full disk: also where no cache_limit= reaches (a pack's
     index and offsets, a checkpoint's files)."""
-    monkeypatch.setattr(Cache, "_reserve", lambda self, nbytes: nbytes <= 0)
+    total = shutil.disk_usage("/").total
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: SimpleNamespace(total=total, used=total, free=0))
 
 
 def test_a_pack_past_a_full_cache_streams_its_index_and_offsets(files_api, monkeypatch, request):
