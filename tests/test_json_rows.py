@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 import logging
 import math
@@ -144,7 +145,9 @@ def test_rows_are_decoded_directly_for_plain_types_and_fall_back_for_others():
 
 @pytest.fixture
 def small_spans(monkeypatch):
+    """Spans of 2,000 bytes, their unshuffled Python rows made 500 bytes of records at a time."""
     monkeypatch.setattr(line_spans, "SPAN_BYTES", 2000)
+    monkeypatch.setattr(JsonFormat, "row_run_bytes", 500)
 
 
 def _chat(n: int, start: int = 0) -> list[dict]:
@@ -158,11 +161,23 @@ CHAT = pa.schema([("id", pa.int64()), ("messages", pa.list_(pa.struct([("role", 
                   ("source", pa.string())])
 
 
-def _write(volume, folder: str, records: list[dict], bad: dict[int, str] | None = None, name: str = "a") -> None:
+def _write(volume, folder: str, records: list[dict], bad: dict[int, str] | None = None, name: str = "a.jsonl") -> None:
     lines = [json.dumps(r) for r in records]
     for k, line in (bad or {}).items():
         lines[k] = line
-    volume.write(f"{folder}/{name}.jsonl", "\n".join(lines) + "\n")
+    text = ("\n".join(lines) + "\n").encode()
+    volume.write(f"{folder}/{name}", gzip.compress(text) if name.endswith(".gz") else text)
+
+
+def _by_piece(runs) -> list[tuple[int, list[dict]]]:
+    """(piece index, its rows) from runs of (piece index, rows), each piece's runs joined."""
+    out: list[tuple[int, list[dict]]] = []
+    for k, rows in runs:
+        if out and out[-1][0] == k:
+            out[-1][1].extend(rows)
+        else:
+            out.append((k, list(rows)))
+    return out
 
 
 @pytest.mark.parametrize("shuffle", [False, True])
@@ -174,13 +189,30 @@ def test_read_rows_are_read_pieces_converted(volume, small_spans, shuffle, equal
     _, pieces = reader.share(0, 2, planning, epoch=1)
     options = dict(columns=None, fetch_threads=4, planning=planning, epoch=1)
     tables = [(k, t.to_pylist()) for k, t in reader.read_pieces(pieces, Cache(), **options)]
-    assert list(reader.read_rows(pieces, Cache(), **options)) == tables and len(tables) > 3
+    assert _by_piece(reader.read_rows(pieces, Cache(), **options)) == _by_piece(tables) and len(tables) > 3
+
+
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_unshuffled_rows_come_in_short_runs_and_shuffled_in_a_spans(volume, small_spans, shuffle):
+    _write(volume, "d", _chat(300))
+    reader = resolve_source(volume.path("d")).reader
+    planning = Planning(3, shuffle)
+    options = dict(columns=None, fetch_threads=4, planning=planning)
+    spans = list(reader.read_pieces(reader.units(), Cache(), **options))
+    runs = list(reader.read_rows(reader.units(), Cache(), **options))
+    longest = max(len(json.dumps(r)) for _, rows in runs for r in rows)
+    if shuffle:
+        assert [(k, len(rows)) for k, rows in runs] == [(k, t.num_rows) for k, t in spans]
+    else:  # each run about row_run_bytes (500) of records: whole records past the 500th byte
+        assert len(runs) > 2 * len(spans)
+        assert all(sum(len(json.dumps(r)) + 1 for r in rows) < 500 + longest + 1 for _, rows in runs)
 
 
 @pytest.mark.parametrize("bad", ['{"id": 7, "messages": [}', '{"id": "seven"}', '{"id": 7, "extra": 1}',
                                  '{"id": 99999999999999999999}'])
-def test_a_bad_record_raises_and_skips_as_the_tables_do(volume, small_spans, bad):
-    _write(volume, "d", _chat(60), {7: bad})
+@pytest.mark.parametrize("name", ["a.jsonl", "a.jsonl.gz"])
+def test_a_bad_record_raises_and_skips_as_the_tables_do(volume, small_spans, bad, name):
+    _write(volume, "d", _chat(60), {7: bad}, name=name)
     reader = resolve_source(volume.path("d"), schema=CHAT).reader
     pieces = reader.units()
     options = dict(columns=None, fetch_threads=4)
@@ -194,7 +226,7 @@ def test_a_bad_record_raises_and_skips_as_the_tables_do(volume, small_spans, bad
     rows = [r for _, got in reader.read_rows(pieces, Cache(), on_error="skip", skipped=skips["rows"], **options)
             for r in got]
     assert rows == tables and [r["id"] for r in rows] == [i for i in range(60) if i != 7]
-    assert skips["rows"] == skips["tables"] == [f"{volume.path('d')}/a.jsonl, line 8"]
+    assert skips["rows"] == skips["tables"] == [f"{volume.path('d')}/{name}, line 8"]
 
 
 def test_sound_runs_are_decoded_without_pyarrow_and_bad_ones_parsed(volume, small_spans, monkeypatch):
@@ -226,7 +258,7 @@ def _arrow_rows(ds) -> list[dict]:
 @pytest.mark.parametrize("shuffle", [False, True])
 def test_hf_rows_are_the_arrow_rows_and_resume_mid_shard(volume, small_spans, monkeypatch, shuffle):
     _write(volume, "d", _chat(300))
-    _write(volume, "d", _chat(40, start=300), name="b")
+    _write(volume, "d", _chat(40, start=300), name="b.jsonl")
     ds = _load(volume, "d", shuffle=shuffle, seed=4)
     ds.set_epoch(1)
     arrow = _arrow_rows(ds)

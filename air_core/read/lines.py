@@ -67,9 +67,13 @@ class Format:
 
     Attributes:
         header: a file's first line is a header, not a record (CSV).
+        row_run_bytes: where every line is a whole record and `rows` makes them, an unshuffled read's Python
+            rows are made from about this many bytes of records at a time, as the consumer reaches them
+            (None: a chunk's at once).
     """
 
     header: ClassVar[bool] = False
+    row_run_bytes: ClassVar[int | None] = None
 
     def select(self, columns: Sequence[str] | None) -> Format:
         """This format, parsing `columns` alone (None: as it is)."""
@@ -247,20 +251,25 @@ def read_span_rows(manifest: Manifest, pieces: Sequence[Piece], cache: Cache, fm
                    planning: Planning, epoch: int, on_error: str,
                    skipped: list[str] | None = None) -> Iterator[tuple[int, str, list[dict[str, Any]]]]:
     """As `read_spans`, each run's rows as a list of Python rows (`_rows`): the same rows, in the same order, with
-    the same errors and skips."""
+    the same errors and skips; unshuffled, in runs of about the format's `row_run_bytes` (a shuffle draws over a
+    whole chunk's records)."""
     return _runs(manifest, pieces, cache, fmt, _rows, lambda rows, order: [rows[i] for i in order.tolist()],
-                 local_root=local_root, planning=planning, epoch=epoch, on_error=on_error, skipped=skipped)
+                 local_root=local_root, planning=planning, epoch=epoch, on_error=on_error, skipped=skipped,
+                 run_bytes=None if planning.shuffle else fmt.row_run_bytes)
 
 
 def _runs(manifest: Manifest, pieces: Sequence[Piece], cache: Cache, fmt: Format,
           parse: Callable[[Format, _Where, Sequence[Buffer], str, list[str] | None], Rows],
           take: Callable[[Rows, np.ndarray], Rows], *, local_root: str, planning: Planning, epoch: int,
-          on_error: str, skipped: list[str] | None) -> Iterator[tuple[int, str, Rows]]:
-    """`read_spans`, each run made by `parse` (a table, or Python rows) and reordered by `take`."""
+          on_error: str, skipped: list[str] | None, run_bytes: int | None = None) -> Iterator[tuple[int, str, Rows]]:
+    """`read_spans`, each run made by `parse` (a table, or Python rows) and reordered by `take`; `run_bytes`: the
+    runs cut into pieces of whole records of about that many bytes, each parsed as the consumer reaches it."""
     units = [unit_of(p) for p in pieces]
     for index, (piece, (unit, chunks)) in enumerate(zip(pieces, _records(manifest, units, cache, local_root))):
         path = manifest.volume_path(unit.file)
         lo, hi = (piece.start, piece.stop) if isinstance(piece, RowSlice) else (0, None)
+        if run_bytes is not None:
+            chunks = _cut(chunks, run_bytes, counted=unit.whole and compression(path) is not None)
         done = 0
         for k, (base, lines, parts) in enumerate(chunks):
             if hi is not None and done >= hi:
@@ -333,6 +342,32 @@ def _records(manifest: Manifest, units: Iterable[Span], cache: Cache, local_root
         ahead_bytes = SPANS_AHEAD * line_spans.SPAN_BYTES
     yield from ordered_map(lambda unit: (unit, fetch(unit)), ((u, u.nbytes) for u in units), threads=SPAN_READS,
                            max_ahead=SPAN_READS, max_bytes=ahead_bytes)
+
+
+def _cut(chunks: Chunks, size: int, *, counted: bool) -> Chunks:
+    """`chunks` in pieces of whole records of about `size` bytes, one part each. `counted`: the newlines before
+    each piece are counted (a compressed file's: the volume's bytes are not the ones its offsets count); else a
+    piece past a run's start leaves them to be counted from the volume, should an error need a line number."""
+    for base, lines, parts in chunks:
+        at = base  # where the next piece starts
+        for part in parts:
+            view, start = memoryview(part), 0
+            while start < len(view):
+                end = _line_end(view, start + size)
+                yield at, lines, (view[start:end],)
+                lines = lines + bytes(view[start:end]).count(b"\n") if counted and lines >= 0 else -1
+                at, start = at + end - start, end
+
+
+def _line_end(view: memoryview, at: int) -> int:
+    """Where the line holding byte `at` of `view` ends (just past its newline); the end of `view` past it."""
+    step = 4096
+    while at < len(view):
+        found = bytes(view[at:at + step]).find(b"\n")
+        if found >= 0:
+            return at + found + 1
+        at, step = at + step, step * 2
+    return len(view)
 
 
 def _bytes(data: bytes | str) -> bytes:
