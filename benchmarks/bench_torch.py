@@ -112,18 +112,19 @@ print(json.dumps({"pair": pair, "first": first, "cold_ratio": cold[a] / cold[b],
 BREAKDOWN = r"""
 import json, os, sys, time
 from databricks.air.data import UCVolumeDataset as Reference
-from air_core.io.cache import _entry_path
+from air_core.io.cache import _entry_paths
 from air_core import FileStream
 from air_core.io.files import chunked, read_items
 from air_core.torch import UCVolumeDataset
 
 nested, flat = sys.argv[1], sys.argv[2]
 ours, ref = UCVolumeDataset(nested), Reference(flat)
-copies, _ = list(ours), list(ref)  # cold: fill both caches
+list(ours), list(ref)  # cold: fill both caches
 stream = ours._stream
 m, cache = stream.manifest, stream.cache
 items = list(range(len(m)))
 rows = [(f"{m.root}/{p}", s, t) for p, s, t in m.rows(items)]
+names = [_entry_paths(cache._objects, v, s, t, None)[1] for v, s, t in rows]
 worker = FileStream(nested, worker=0, num_workers=6)  # a DataLoader worker's share, its pass set up each time
 worker_files = len(worker.items())
 
@@ -168,8 +169,9 @@ def plain_batches():
 steps = {
     "decode rows (up to 512 at a time), as a first epoch does": lambda: [m.rows(c) for c in chunked(items)],
     "volume rows, remembered from an earlier epoch": lambda: [m.volume_rows(c) for c in chunked(items)],
-    "entry path (remembered)": lambda: [_entry_path(cache._objects, v, s, t, None) for v, s, t in rows],
-    "stat of the copy": lambda: [os.stat(c) for c in copies],
+    "entry path (remembered)": lambda: [_entry_paths(cache._objects, v, s, t, None) for v, s, t in rows],
+    "stat of the copy (its path under the objects folder's descriptor, as the lookup makes it)":
+        lambda: [os.stat(name, dir_fd=cache._objects_fd) for name in names],
     "Cache.lookup_run (path, stat, length check, count)": lambda: cache.lookup_run(rows),
     "read_items": lambda: drain(read_items(m, items, cache)),
     "FileStream pass": lambda: drain(stream),
