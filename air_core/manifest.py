@@ -113,6 +113,8 @@ class Paths(SequenceABC):
                 byte = _lowered(np.where(at >= starts[alive], self._blob[np.maximum(at, 0)], np.uint8(0)))
                 keep = np.isin(byte, allowed[back - 1])
                 alive, byte, tails = alive[keep], byte[keep], [t[keep] for t in tails]
+                if not len(alive):  # no path of the chunk ends like a suffix: its longer bytes need no look
+                    break
                 tails[(back - 1) // 8] |= byte.astype(np.uint64) << np.uint64(8 * ((back - 1) % 8))
                 for want in (w for w in wanted if len(w) == back):
                     ok = np.ones(len(alive), bool)

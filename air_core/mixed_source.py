@@ -354,6 +354,11 @@ class MixtureReader:
         roots = [(src.manifest.root, src.local) for src in self.mixed.sources]
         return MixedFilesPart(roots, listing, which, list(pieces))
 
+    def parts(self, groups: Sequence[Sequence[int]], planning: plan_mod.Planning, *, epoch: int
+              ) -> list[MixedFilesPart]:
+        """A `part` over each of `groups`: parts read on one node, through its cache."""
+        return [self.part(g, planning, epoch=epoch) for g in groups]
+
 
 @dataclass(frozen=True)
 class MixedFilesPart(FileRowsPart):

@@ -281,8 +281,8 @@ class UCVolumeDatasource(Datasource):
             parts = task_plan.task_count(len(members), max(1, round(share)), min_per_task=reader.pieces_per_task)
             # Its pieces as an array of objects: each task's are gathered in one step (10^6 files: ~0.1 s, not ~0.6).
             held = np.fromiter(map(pieces.__getitem__, members), dtype=object, count=len(members))
-            for group in task_plan.groups(list(map(weights.__getitem__, members)), parts):
-                part = reader.part(held[group].tolist(), self._planning, epoch=epoch)
+            groups = task_plan.groups(list(map(weights.__getitem__, members)), parts)
+            for part in reader.parts([held[g].tolist() for g in groups], self._planning, epoch=epoch):
                 if self._tables:
                     read_fn = table_read_fn(self._tasks, part, columns=columns, include_paths=self._include_paths
                                             and (columns is None or "path" in columns))

@@ -9,7 +9,9 @@ import pytest
 
 from air_core.io.cache import Cache
 from air_core.io.listing import list_folder
+from air_core.planning.shares import Planning
 from air_core.read.parquet_io import ParquetError, parquet_units, read_units
+from air_core.source import resolve_source
 
 
 def test_files_streamed_past_a_full_cache_leave_memory_once_their_row_groups_are_read(volume, tmp_path):
@@ -84,3 +86,28 @@ def test_a_share_of_a_files_row_groups_fetches_their_ranges_and_a_whole_share_th
     assert sum(t.num_rows for t in read_units(manifest, units, whole)) == 100_000
     assert whole.stats.bytes_fetched == size and whole.stats.misses == 1  # one whole-file copy, as before
     assert whole.lookup(manifest.volume_path(0), size, int(manifest.mtimes[0])) is not None
+
+
+def test_parts_read_on_one_node_fetch_a_file_they_read_all_of_whole(volume, tmp_path):
+    path = volume.local("t/a.parquet")
+    path.parent.mkdir(parents=True)
+    ids = list(range(100_000))
+    pq.write_table(pa.table({"id": ids, "s": [f"row {i}" for i in ids]}), path, row_group_size=10_000)
+    size = path.stat().st_size
+    reader = resolve_source(volume.path("t")).reader
+    units = reader.units()
+
+    # Two tasks over all of the file (Ray may run them one after another): the first fetches it whole, the
+    # second's row groups are in the node cache already.
+    node = Cache(str(tmp_path / "node"))
+    parts = reader.parts([units[:5], units[5:]], Planning(), epoch=0)
+    rows = [r for p in parts for _, t in p.read(node) for r in t.column("id").to_pylist()]
+    assert rows == ids
+    assert node.stats.bytes_fetched == size and node.stats.misses == 1
+
+    # Two tasks over a rank's share of it: their ranges and the footer's tail, no more.
+    share = Cache(str(tmp_path / "share"))
+    parts = reader.parts([units[3:5], units[5:7]], Planning(), epoch=0)
+    rows = [r for p in parts for _, t in p.read(share) for r in t.column("id").to_pylist()]
+    assert rows == ids[30_000:70_000]
+    assert share.stats.bytes_fetched == sum(u.stop - u.start for u in units[3:7]) + (64 << 10)

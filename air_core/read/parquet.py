@@ -73,10 +73,25 @@ class ParquetReader(RowGroupPieces, TableReader):
         return enumerate(cast_to(tables, self.source.options.get("schema")))
 
     def part(self, pieces: Sequence[RowGroup | RowSlice], planning: Planning, *, epoch: int) -> ParquetPart:
+        return self.parts([pieces], planning, epoch=epoch)[0]
+
+    def parts(self, groups: Sequence[Sequence[RowGroup | RowSlice]], planning: Planning, *,
+              epoch: int) -> list[ParquetPart]:
+        """Parts read on one node: only a file that the node reads some of is read by ranges. One that the
+        parts read all of between them is fetched whole by each (the node cache serves all but the first), as
+        a single part reading it would: Ray may run the parts one after another, and the ranges of a later
+        one would then be fetched on their own, not with the first's."""
+        from . import parquet_io
+
         m = self.source.manifest
-        files, local = localize(pieces)
-        return ParquetPart(m.root, self.source.local, m.fingerprint, m.rows(files), local,
-                           self.source.options.get("schema"))
+        ranged = parquet_io.ranged_files([unit_of(p) for g in groups for p in g], m.sizes)
+        out = []
+        for pieces in groups:
+            files, local = localize(pieces)
+            out.append(ParquetPart(m.root, self.source.local, m.fingerprint, m.rows(files), local,
+                                   self.source.options.get("schema"),
+                                   frozenset(k for k, f in enumerate(files) if f in ranged)))
+        return out
 
 
 def cast_to(tables: Iterable[pa.Table], schema: pa.Schema | None) -> Iterator[pa.Table]:
@@ -96,7 +111,8 @@ def cast_to(tables: Iterable[pa.Table], schema: pa.Schema | None) -> Iterator[pa
 
 @dataclass(frozen=True)
 class ParquetPart(Part):
-    """Row groups to read elsewhere: their files' rows of the listing, and the pieces numbered over them."""
+    """Row groups to read elsewhere: their files' rows of the listing, the pieces numbered over them, and which
+    of those files are read by ranges (the others whole)."""
 
     root: str
     local_root: str
@@ -104,6 +120,7 @@ class ParquetPart(Part):
     listing: list[tuple[str, int, int]]
     pieces: list[RowGroup | RowSlice]
     schema: pa.Schema | None
+    ranged: frozenset[int]
 
     @property
     def rows(self) -> int:
@@ -123,6 +140,7 @@ class ParquetPart(Part):
 
         manifest = Manifest.from_rows(self.root, self.listing, self.fingerprint)
         tables = parquet_io.read_units(manifest, self.pieces, cache, columns=columns, fetch_threads=fetch_threads,
-                                    prefetch=prefetch, prefetch_bytes=prefetch_bytes, local_root=self.local_root)
+                                       prefetch=prefetch, prefetch_bytes=prefetch_bytes, local_root=self.local_root,
+                                       ranged=self.ranged)
         for piece, table in zip(self.pieces, cast_to(tables, self.schema)):
             yield manifest.volume_path(unit_of(piece).file), table

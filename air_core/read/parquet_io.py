@@ -13,14 +13,16 @@ only some of them, a rank's share of a file that ranks split, fetches only
 their byte ranges (each row group's column chunks, known from the footer
 when the tree was planned) and the file's last 64 KiB for its footer, each
 a node cache entry of its own: across ranks a file's bytes are fetched
-about once, not once per rank.
+about once, not once per rank. Ray's read tasks on one node fetch as their
+node's share would (`ParquetReader.parts`): a file the node reads whole is
+fetched whole, however the tasks split its row groups.
 """
 
 from __future__ import annotations
 
 import mmap
 from collections import OrderedDict
-from typing import Iterable, Iterator, Sequence
+from typing import Collection, Iterable, Iterator, Sequence
 from urllib.parse import unquote
 
 import pyarrow as pa
@@ -156,16 +158,18 @@ def read_units(
     prefetch: int = 16,
     prefetch_bytes: int = 1 << 30,
     local_root: str | None = None,
+    ranged: Collection[int] | None = None,
 ) -> Iterator[pa.Table]:
     """One table per piece, in order, with hive partition columns appended.
 
     Files, or the byte ranges of their row groups that `pieces` read (see the
     module docs), are fetched into the node cache ahead of the consumer; what
     the full cache did not admit is read from memory. `local_root`: as in `read_items`.
+    `ranged`: the files read by ranges (default: those `pieces` do not read whole, `ranged_files`).
     """
     pieces = list(pieces)
     units = [unit_of(p) for p in pieces]
-    ranged = ranged_files(units, manifest.sizes)
+    ranged = ranged_files(units, manifest.sizes) if ranged is None else ranged
     wants = [_ranges(u, int(manifest.sizes[u.file]), u.file in ranged) for u in units]
     last = {r: k for k, rs in enumerate(wants) for r in rs}  # a range leaves memory after its last piece
     fetched = _read_ranges(manifest, list(last), cache, fetch_threads=fetch_threads, prefetch=prefetch,

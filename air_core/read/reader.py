@@ -135,6 +135,10 @@ class Reader:
         listing. `epoch` and the planning's `seed` and `shuffle` order the rows inside the pieces."""
         raise NotImplementedError
 
+    def parts(self, groups: Sequence[Sequence], planning: Planning, *, epoch: int) -> list[Part]:
+        """A `part` over each of `groups`: parts read on one node, through its cache."""
+        return [self.part(g, planning, epoch=epoch) for g in groups]
+
 
 class Part:
     """Pieces of one source packed to travel to another process (a Ray read task), with what they read.
