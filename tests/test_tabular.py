@@ -65,12 +65,17 @@ def test_parquet_pieces_carry_only_their_files():
     assert piece_bytes(local[0]) == 500 and piece_bytes(b) == 1000
 
 
-def test_a_share_of_a_files_row_groups_fetches_their_ranges_and_a_whole_share_the_file(volume, tmp_path):
+def _ten_row_groups(volume) -> int:
+    """t/a.parquet: ids 0..99,999 and a string each, in row groups of 10,000; returns its size."""
     path = volume.local("t/a.parquet")
     path.parent.mkdir(parents=True)
     ids = list(range(100_000))
     pq.write_table(pa.table({"id": ids, "s": [f"row {i}" for i in ids]}), path, row_group_size=10_000)
-    size = path.stat().st_size
+    return path.stat().st_size
+
+
+def test_a_share_of_a_files_row_groups_fetches_their_ranges_and_a_whole_share_the_file(volume, tmp_path):
+    ids, size = list(range(100_000)), _ten_row_groups(volume)
     manifest = list_folder(volume.path("t"))
     units = parquet_units(manifest)
     assert len(units) == 10 and all(0 < u.start < u.stop < size for u in units)
@@ -89,11 +94,7 @@ def test_a_share_of_a_files_row_groups_fetches_their_ranges_and_a_whole_share_th
 
 
 def test_parts_read_on_one_node_fetch_a_file_they_read_all_of_whole(volume, tmp_path):
-    path = volume.local("t/a.parquet")
-    path.parent.mkdir(parents=True)
-    ids = list(range(100_000))
-    pq.write_table(pa.table({"id": ids, "s": [f"row {i}" for i in ids]}), path, row_group_size=10_000)
-    size = path.stat().st_size
+    ids, size = list(range(100_000)), _ten_row_groups(volume)
     reader = resolve_source(volume.path("t")).reader
     units = reader.units()
 

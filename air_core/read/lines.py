@@ -363,9 +363,9 @@ def _line_end(view: memoryview, at: int) -> int:
     """Where the line holding byte `at` of `view` ends (just past its newline); the end of `view` past it."""
     step = 4096
     while at < len(view):
-        found = bytes(view[at:at + step]).find(b"\n")
-        if found >= 0:
-            return at + found + 1
+        found = tail_end(bytes(view[at:at + step]))
+        if found is not None:
+            return at + found
         at, step = at + step, step * 2
     return len(view)
 
