@@ -597,6 +597,11 @@ RAY_NOTES = [
     "- A fresh Ray worker runs its first full garbage collections (0.1-0.25 s each here) during its first",
     "  passes; every reader makes two untimed passes over the images first, so that the timed executions",
     "  meet workers in the steady state of a cluster that has been up a while.",
+    "- The first executions over files miss 1,500 files/s on this machine (1,182 with `local_path` rows,",
+    "  939 with `include_bytes`); the machine of earlier runs measured 1,573 and 1,149 for the same code.",
+    "  The code before the readers' rework (2db3aae), run beside this code in one session",
+    "  (`before_after.py --only ray`), measured 969 and 838 here, and Ray's own `read_parquet` ran at",
+    "  two thirds of its earlier rate: the machine is slower, not the code.",
 ]
 
 STALLS_NOTES = [
