@@ -25,7 +25,6 @@ from .errors import ManifestMismatchError
 from .planning.shares import largest_first
 
 _MAGIC = b"AIRLIST2"
-_REMEMBERED = 1 << 16  # items whose volume rows a listing keeps decoded (~240 bytes each)
 _ALIGN = 64
 _CHUNK = 1 << 20
 
@@ -141,7 +140,11 @@ class Manifest:
         mtimes: modification times in nanoseconds, aligned with `paths` (int64 array).
         fingerprint: a digest of the root and of (path, size, mtime) for every
             file; two listings with the same fingerprint plan identically.
+        remembered: the most items whose volume rows a listing keeps decoded
+            (~240 bytes each; see `volume_rows`).
     """
+
+    remembered: int = 1 << 16
 
     def __init__(self, root: str, blob: np.ndarray, offsets: np.ndarray, sizes: np.ndarray, mtimes: np.ndarray,
                  fingerprint: str | None = None, largest_first: np.ndarray | None = None) -> None:
@@ -205,7 +208,7 @@ class Manifest:
         return cls(root, blob, offsets, sizes, mtimes, fingerprint)
 
     def volume_rows(self, items: Sequence[int]) -> list[tuple[str, int, int]]:
-        """(volume path, size, mtime_ns) of `items`, decoded together, and remembered for up to 65,536.
+        """(volume path, size, mtime_ns) of `items`, decoded together, and remembered for up to `remembered`.
 
         Each epoch passes over the same items again: remembered, their rows
         are not decoded again, and each path is the same string every time,
@@ -225,7 +228,7 @@ class Manifest:
         rows = list(zip(map(f"{self.root}/".__add__, self.paths.take(at)), self.sizes[at].tolist(),
                         self.mtimes[at].tolist()))
         if memo is not None:
-            if len(memo) + len(rows) > _REMEMBERED:  # passes too long to come back remembered: keep none
+            if len(memo) + len(rows) > self.remembered:  # passes too long to come back remembered: keep none
                 self._decoded = None
             else:
                 memo.update(zip(at.tolist(), rows))

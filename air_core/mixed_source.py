@@ -31,7 +31,7 @@ from .planning import shares as plan_mod
 from .io.files import (DEFAULT_FETCH_THREADS, DEFAULT_PREFETCH, DEFAULT_PREFETCH_BYTES, ROWS_AT_ONCE, CachedFile,
                        Columns, OnError, Row, Skipped, chunked, read_columns, read_rows)
 from .read.files import FilesReader
-from .read.reader import FileRowsPart
+from .read.reader import FileRowsPart, FileRowsReader
 from .source import Source, resolve_source
 
 # What a source of a mixture may say besides its weight: the selection of its folder's files.
@@ -230,20 +230,16 @@ class MixedSource(Mixed):
         return state
 
 
-class MixtureReader:
-    """A `FileRowsReader`'s methods, for a mixture, as `FileStream`, the `uc-volume` builder and
-    `UCVolumeDatasource` use them: its items are places in the mixture's listing, and an epoch may hold one
-    several times."""
+class MixtureReader(FileRowsReader):
+    """The `FileRowsReader` of a mixture, as `FileStream`, the `uc-volume` builder and `UCVolumeDatasource` use
+    it: its items are places in the mixture's listing, and an epoch may hold one several times."""
 
-    counts = "files"
-
-    def __init__(self, mixed: MixedSource) -> None:
-        self.mixed = mixed
+    source: MixedSource
 
     def epoch_pieces(self, planning: plan_mod.Planning, *, epoch: int) -> list[int]:
         """The items `epoch` holds (with repeats, drawn by the planning's `seed`), the sources interleaved: a door
         that deals them itself."""
-        return self.mixed.epoch(epoch, planning.seed).items.tolist()
+        return self.source.epoch(epoch, planning.seed).items.tolist()
 
     def pieces(self, files: Sequence[int]) -> list[int]:
         return list(files)
@@ -262,12 +258,12 @@ class MixtureReader:
 
     def check(self, **opts: Any) -> None:
         """Refuse what some source's reader refuses."""
-        for source in self.mixed.sources:
+        for source in self.source.sources:
             source.reader.check(**opts)
 
     def plan(self, grid: Grid, resumed_from: dict | None, planning: plan_mod.Planning, *, epoch: int) -> list[int]:
         """The items one stream reads in `epoch` after resuming the run `resumed_from`."""
-        ep = self.mixed.epoch(epoch, planning.seed)
+        ep = self.source.epoch(epoch, planning.seed)
         slots = resume.plan_resume(ep.sizes, grid, resumed_from, planning=planning, epoch=epoch,
                                    deal_order=ep.deal_order if planning.balance == "bytes" else None)
         return ep.items_at(slots).tolist()
@@ -278,7 +274,7 @@ class MixtureReader:
 
     def rank_count(self, rank: int, world_size: int, planning: plan_mod.Planning, *, epoch: int) -> int:
         """How many items `rank` reads in `epoch`."""
-        ep = self.mixed.epoch(epoch, planning.seed)
+        ep = self.source.epoch(epoch, planning.seed)
         order = plan_mod.Epoch(ep.sizes, epoch=epoch, planning=planning,
                                by_size=ep.deal_order(world_size) if planning.balance == "bytes" else None)
         return len(plan_mod.Deal(order, world_size, excluded=None).share(rank))
@@ -291,13 +287,13 @@ class MixtureReader:
     def _columns(self, items: Iterable[int]) -> Iterator[Columns]:
         """The items' columns, decoded a chunk at a time, source by source within the chunk, from each
         listing's remembered rows (`Manifest.volume_rows`): a warm pass makes no row, as for one folder."""
-        manifests = [s.manifest for s in self.mixed.sources]
+        manifests = [s.manifest for s in self.source.sources]
         local: list[str | None] = [None] * len(manifests)  # where each folder lies here: only a miss asks
         for chunk in chunked(items):
             n = len(chunk)
             vpaths: list[Any] = [None] * n
             sizes, mtimes, which = [0] * n, [0] * n, [0] * n
-            for s, at, files in self.mixed.locate(np.asarray(chunk, dtype=np.int64)):
+            for s, at, files in self.source.locate(np.asarray(chunk, dtype=np.int64)):
                 for k, (v, size, mtime) in zip(at.tolist(), manifests[s].volume_rows(files.tolist())):
                     vpaths[k], sizes[k], mtimes[k], which[k] = v, size, mtime, s
 
@@ -323,24 +319,24 @@ class MixtureReader:
 
     def share_weights(self, rank: int, world_size: int, *, equalize: plan_mod.Equalize) -> np.ndarray:
         """The bytes of every item of the mixture's listing (any may be drawn into a rank's share)."""
-        return np.concatenate([s.manifest.sizes for s in self.mixed.sources])
+        return np.concatenate([s.manifest.sizes for s in self.source.sources])
 
     def sizes_of(self, files: Sequence[int]) -> np.ndarray:
         out = np.empty(len(files), np.int64)
-        for s, at, local in self.mixed.locate(np.asarray(files, dtype=np.int64)):
-            out[at] = self.mixed.sources[s].manifest.sizes[local]
+        for s, at, local in self.source.locate(np.asarray(files, dtype=np.int64)):
+            out[at] = self.source.sources[s].manifest.sizes[local]
         return out
 
     def weights(self, pieces: Sequence[int]) -> list[int]:
         return self.sizes_of(pieces).tolist()
 
     def largest(self) -> int:
-        return max(s.reader.largest() for s in self.mixed.sources)
+        return max(s.reader.largest() for s in self.source.sources)
 
     def path_lengths(self, files: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
         paths, names = np.empty(len(files), np.int64), np.empty(len(files), np.int64)
-        for s, at, local in self.mixed.locate(np.asarray(files, dtype=np.int64)):
-            paths[at], names[at] = self.mixed.sources[s].reader.path_lengths(local)
+        for s, at, local in self.source.locate(np.asarray(files, dtype=np.int64)):
+            paths[at], names[at] = self.source.sources[s].reader.path_lengths(local)
         return paths, names
 
     def part(self, pieces: Sequence[int], planning: plan_mod.Planning, *, epoch: int) -> MixedFilesPart:
@@ -348,16 +344,11 @@ class MixtureReader:
         items = np.asarray(pieces, dtype=np.int64)
         listing: list[Any] = [None] * len(items)
         which = [0] * len(items)
-        for s, at, local in self.mixed.locate(items):
-            for k, row in zip(at.tolist(), self.mixed.sources[s].manifest.rows(local)):
+        for s, at, local in self.source.locate(items):
+            for k, row in zip(at.tolist(), self.source.sources[s].manifest.rows(local)):
                 listing[k], which[k] = row, s
-        roots = [(src.manifest.root, src.local) for src in self.mixed.sources]
+        roots = [(src.manifest.root, src.local) for src in self.source.sources]
         return MixedFilesPart(roots, listing, which, list(pieces))
-
-    def parts(self, groups: Sequence[Sequence[int]], planning: plan_mod.Planning, *, epoch: int
-              ) -> list[MixedFilesPart]:
-        """A `part` over each of `groups`: parts read on one node, through its cache."""
-        return [self.part(g, planning, epoch=epoch) for g in groups]
 
 
 @dataclass(frozen=True)

@@ -225,12 +225,10 @@ def test_paths_taken_together_are_the_paths_one_at_a_time(paths, data):
     assert names.tolist() == [len(p.rsplit("/", 1)[-1].encode()) for p in one_by_one]
 
 
-def test_volume_rows_are_remembered_boundedly_and_equal_a_fresh_decode(monkeypatch):
-    from air_core import manifest as manifest_mod
-
-    monkeypatch.setattr(manifest_mod, "_REMEMBERED", 100)
+def test_volume_rows_are_remembered_boundedly_and_equal_a_fresh_decode():
     rows = [(f"class{i % 3}/f{i:04d}.jpg", 10 + i, 1_000 + i) for i in range(300)]
     m = Manifest.from_rows("/Volumes/c/s/v/d", sorted(rows))
+    m.remembered = 100
     items = [5, 77, 3, 299, 0]
     first = m.volume_rows(items)
     assert first == [(f"/Volumes/c/s/v/d/{p}", s, t) for p, s, t in m.rows(items)]
@@ -242,4 +240,5 @@ def test_volume_rows_are_remembered_boundedly_and_equal_a_fresh_decode(monkeypat
         assert m.volume_rows(chunk) == [(f"/Volumes/c/s/v/d/{p}", s, t) for p, s, t in m.rows(chunk)]
         assert m._decoded is None or len(m._decoded) <= 100
     assert m._decoded is None
-    assert m.volume_rows(items) == first
+    fresh = m.volume_rows(items)
+    assert fresh == first and not any(a[0] is b[0] for a, b in zip(fresh, first))  # decoded again: none kept

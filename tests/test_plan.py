@@ -271,20 +271,29 @@ def test_the_shuffle_is_a_seeded_permutation_fixed_by_its_seed():
 
 
 @pytest.mark.parametrize("chunk", [1, 5, 64, 1 << 20])
-def test_a_ranks_shuffle_keys_drawn_in_chunks_are_the_epochs_keys(monkeypatch, chunk):
-    import air_core.planning.shares as plan_mod
+def test_a_ranks_shuffle_keys_drawn_in_chunks_are_the_epochs_keys(chunk):
+    from air_core.planning.shares import epoch_keys
 
-    monkeypatch.setattr(plan_mod, "_KEY_CHUNK", chunk)
     rng = np.random.default_rng(chunk)
     for n in (0, 1, 7, 63, 64, 65, 300):
         items = np.flatnonzero(rng.random(n) < 0.4)
-        every = plan_mod._epoch_keys(n, 3, 11)
-        assert plan_mod._epoch_keys(n, 3, 11, items).tolist() == every[items].tolist()
+        every = epoch_keys(n, 3, 11)
+        assert epoch_keys(n, 3, 11, items, chunk=chunk).tolist() == every[items].tolist()
+
+
+def test_a_ranks_shuffled_plan_is_its_part_of_the_epochs_order():
+    from air_core.planning.shares import KEY_CHUNK, epoch_keys
+
+    rng = np.random.default_rng(0)
+    for n in (0, 1, 7, 63, 64, 65, 300):
         sizes = rng.integers(0, 5, n).tolist()
         for r in range(3):
             grid = Grid(r, 3, 1, 2)
             assert plan(sizes, grid, epoch=3, seed=11, shuffle=True) == old_plan(sizes, grid, epoch=3, seed=11,
                                                                                   shuffle=True)
+    n = KEY_CHUNK + 65  # a rank's keys across the plan's own chunks: items on both sides of the first cut
+    items = np.flatnonzero(rng.random(n) < 0.01)
+    assert epoch_keys(n, 3, 11, items).tolist() == epoch_keys(n, 3, 11)[items].tolist()
 
 
 @settings(max_examples=200, deadline=None)

@@ -36,7 +36,7 @@ Balance = Literal["bytes", "stride"]
 Equalize = Literal["none", "pad", "drop"]
 BALANCES = ("bytes", "stride")
 EQUALIZES = ("none", "pad", "drop")
-_KEY_CHUNK = 1 << 20
+KEY_CHUNK = 1 << 20  # a rank's keys are drawn this many of the epoch's at a time (8 MiB), never all at once
 
 
 def epoch_order(n: int, *, epoch: int, seed: int, shuffle: bool) -> list[int]:
@@ -186,7 +186,7 @@ class Epoch:
         """`items` (ascending) in the epoch's read order: as `order` holds them, without sorting it all."""
         if not self.planning.shuffle:
             return items
-        keys = _epoch_keys(len(self.sizes), self.epoch, self.planning.seed, items)
+        keys = epoch_keys(len(self.sizes), self.epoch, self.planning.seed, items)
         keys.sort()
         keys &= np.uint64((1 << _item_bits(len(self.sizes))) - 1)
         return keys.view(np.int64)
@@ -331,17 +331,19 @@ def epoch_order_array(n: int, epoch: int, seed: int, shuffle: bool) -> np.ndarra
     """
     if not shuffle:
         return np.arange(n)
-    keys = _epoch_keys(n, epoch, seed)
+    keys = epoch_keys(n, epoch, seed)
     keys.sort()
     keys &= np.uint64((1 << _item_bits(n)) - 1)
     return keys.view(np.int64)
 
 
-def _epoch_keys(n: int, epoch: int, seed: int, items: np.ndarray | None = None) -> np.ndarray:
+def epoch_keys(n: int, epoch: int, seed: int, items: np.ndarray | None = None, *,
+               chunk: int = KEY_CHUNK) -> np.ndarray:
     """Each item's sort key of the epoch's shuffle: random high bits, the item in the low ones (distinct keys).
 
-    `items` (ascending): the keys of these items alone, drawn a chunk of the
-    stream at a time, so a rank's keys cost no array over every item.
+    `items` (ascending): the keys of these items alone, drawn `chunk` keys of
+    the stream at a time, so a rank's keys cost no array over every item;
+    they equal the same items' keys of the whole epoch, whatever `chunk`.
     """
     digest = hashlib.sha256(f"air:{seed}:{epoch}".encode()).digest()
     stream = np.random.PCG64(int.from_bytes(digest, "little"))
@@ -350,9 +352,9 @@ def _epoch_keys(n: int, epoch: int, seed: int, items: np.ndarray | None = None) 
         items = np.arange(n, dtype=np.uint64)
     else:
         keys = np.empty(len(items), np.uint64)
-        cuts = np.searchsorted(items, np.arange(0, n, _KEY_CHUNK), side="left").tolist() + [len(items)]
-        for k, lo in enumerate(range(0, n, _KEY_CHUNK)):
-            raw = stream.random_raw(min(_KEY_CHUNK, n - lo))
+        cuts = np.searchsorted(items, np.arange(0, n, chunk), side="left").tolist() + [len(items)]
+        for k, lo in enumerate(range(0, n, chunk)):
+            raw = stream.random_raw(min(chunk, n - lo))
             keys[cuts[k]:cuts[k + 1]] = raw[items[cuts[k]:cuts[k + 1]] - lo]
         items = items.astype(np.uint64)
     bits = _item_bits(n)
