@@ -5,8 +5,9 @@ under `/Volumes/bench/ml/raw/delta`, emulated as a network volume by netvol
 (10 ms per open, 200 MB/s per stream); both write their Parquet beside it on
 the volume. The baseline reads through deltalake's own file system (its
 default) and through a `SubTreeFileSystem` (the fix for its abort at exit).
-Each export runs in a fresh process; the three alternate, `--rounds` times,
-and the summary compares median rows/s. A last run exports a version
+Each export runs in a fresh process, its imports of pyarrow and deltalake
+timed (export_delta imports them when called: 0.2 s here); the three
+alternate, `--rounds` times, and the summary compares median rows/s. A last run exports a version
 already exported (nothing to write).
 
 Then the export is streamed back on the same files, each reader in a fresh
@@ -16,17 +17,26 @@ process with an empty cache, the four taking turns `--rounds` times: HF's
 
 Prints one JSON line per measurement, then the summaries.
 
-    python benchmarks/bench_delta.py [--rounds 3]
+`--before REV` measures the export alone on REV's code and on this code
+instead, this script's export run by both trees' code in fresh processes
+taking turns (which goes first alternates), `--rounds` each: two trees run
+minutes apart, as `before_after.py` runs them, drift with the machine by
+more than the change. It writes results/delta_before_after.json, shown in
+RESULTS.md.
+
+    python benchmarks/bench_delta.py [--rounds 3] [--before REV]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import statistics
+from pathlib import Path
 
-from common import VOLUME, emit, measure
+from common import REPO, VOLUME, checked_out, emit, measure, short_sha
 
 TABLE = f"{VOLUME}/delta/reviews"
 OUT = f"{VOLUME}/delta-exports"
@@ -51,9 +61,9 @@ print(json.dumps({"made": path, "version": DeltaTable(path).version()}))
 
 BASELINE = r"""
 import json, os, sys, time
-import pyarrow.dataset as pads, pyarrow.fs as pafs
-from deltalake import DeltaTable
 t, cpu = time.perf_counter(), time.process_time()
+import pyarrow.dataset as pads, pyarrow.fs as pafs  # timed, as export_delta's imports of both are
+from deltalake import DeltaTable
 dt = DeltaTable(sys.argv[1])
 fs = pafs.SubTreeFileSystem(sys.argv[1], pafs.LocalFileSystem()) if sys.argv[3] == "subtree" else None
 pads.write_dataset(dt.to_pyarrow_dataset(filesystem=fs), sys.argv[2], format="parquet")
@@ -71,7 +81,8 @@ t, cpu = time.perf_counter(), time.process_time()
 r = export_delta(sys.argv[1], sys.argv[2])
 dt_s, cpu_s = time.perf_counter() - t, time.process_time() - cpu
 print(json.dumps({"system": "air_core.export_delta", "rows": r.rows, "files": len(r.files), "skipped": r.skipped,
-                  "seconds": round(dt_s, 3), "cpu_s": round(cpu_s, 3), "rows_per_s": round(r.rows / dt_s)}))
+                  "seconds": round(dt_s, 3), "cpu_s": round(cpu_s, 3), "rows_per_s": round(r.rows / dt_s),
+                  "code": __import__("air_core").__file__}))
 """
 
 
@@ -153,7 +164,37 @@ def main(rounds: int = 3) -> list[dict]:
     return results
 
 
+def before_after(rev: str, rounds: int) -> None:
+    """The export on `rev`'s code and on this code, in turns; medians to results/delta_before_after.json."""
+    if not _made():
+        shutil.rmtree(TABLE, ignore_errors=True)
+        measure(MAKE, TABLE, str(COMMITS), str(ROWS_PER_COMMIT), slow=False)
+    shutil.rmtree(OUT, ignore_errors=True)
+    samples: dict[str, list[int]] = {"before": [], "after": []}
+    with checked_out(rev) as tree:
+        for k in range(rounds):
+            for side, code in [("before", tree), ("after", REPO)][:: 1 if k % 2 == 0 else -1]:
+                r = measure(OURS, TABLE, f"{OUT}/{side}-{k}", env={"PYTHONPATH": str(code)})
+                if not r.pop("code").startswith(str(code)) or r["skipped"]:
+                    raise SystemExit(f"{side}: not an export by {code}'s code: {r}")
+                print(json.dumps({"code": side, **r}), flush=True)
+                samples[side].append(r["rows_per_s"])
+    shutil.rmtree(OUT, ignore_errors=True)
+    before, after = (statistics.median(samples[side]) for side in ("before", "after"))
+    figure = {"measure": "export_delta, rows/s (as bench_delta)", "samples": rounds, "before": before,
+              "after": after, "ratio": round(after / before, 3)}
+    print(json.dumps(figure))
+    (Path(__file__).parent / "results" / "delta_before_after.json").write_text(json.dumps(
+        {"command": f"python bench_delta.py --before {rev} --rounds {rounds}", "before": short_sha(rev),
+         "after": short_sha("HEAD"), "figures": [figure], "samples": samples}, indent=1) + "\n")
+
+
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=3)
-    main(ap.parse_args().rounds)
+    ap.add_argument("--before", metavar="REV", help="the export alone, on REV's code and this code in turns")
+    args = ap.parse_args()
+    if args.before:
+        before_after(args.before, args.rounds)
+    else:
+        main(args.rounds)

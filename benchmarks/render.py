@@ -759,14 +759,23 @@ def before_after_section(folder: Path) -> list[str]:
             change = f"{values[1] / values[0]:.2f}" if all(isinstance(v, (int, float)) and v for v in values) else ""
             ratios = (f"{before[4]:.2f}×, {after[4]:.2f}×" if before[4] is not None and after[4] is not None else "")
             out.append(f"| {label} | {key[1]} | {shown[0]} | {shown[1]} | {change} | {ratios} |")
-    ab = folder.parent / "ray_before_after.json"
-    if ab.exists():
+    for name, what, after in (
+            ("ray_before_after.json", "Ray's noisiest figures", ""),
+            ("delta_before_after.json", "The Delta export alone",
+             "A run lasts 1.05-1.6 s from one process to the next, so two trees run minutes apart (the delta rows of "
+             "the first table) differ by the machine's drift as much as by their code: a run of 12 rounds just "
+             "before this one measured 0.93, this one 1.04. The export's code is 2db3aae's but for the Files API "
+             "branch and the `Parts` it tells of each file written.")):
+        ab = folder.parent / name
+        if not ab.exists():
+            continue
         r = json.loads(ab.read_text())
-        out += ["", f"Ray's noisiest figures, many fresh processes a tree taking turns (`{r['command']}`; before "
+        out += ["", f"{what}, many fresh processes a tree taking turns (`{r['command']}`; before "
                 f"{r['before']}, after {r['after']}), medians:", "",
                 "| measure | samples a tree | before | after | after ÷ before |", "| --- | ---: | ---: | ---: | ---: |"]
         out += [f"| {f['measure']} | {f['samples']} | {fmt(f['before'])} | {fmt(f['after'])} | {f['ratio']:.2f} |"
                 for f in r["figures"]]
+        out += ["", after] if after else []
     return out
 
 
