@@ -768,7 +768,11 @@ def before_after_section(folder: Path) -> list[str]:
              "A run lasts 1.05-1.6 s from one process to the next, so two trees run minutes apart (the delta rows of "
              "the first table) differ by the machine's drift as much as by their code: a run of 12 rounds just "
              "before this one measured 0.93, this one 1.04. The export's code is 2db3aae's but for the Files API "
-             "branch and the `Parts` it tells of each file written.")):
+             "branch and the `Parts` it tells of each file written. The same drift moved hf's `Parquet, Arrow "
+             "batches` row of the first table (0.83): four cold passes a tree taking turns right after "
+             "(`bench_hf.py --run parquet --system uc-volume`, each tree's own script, fresh caches) measured "
+             "medians of 6,641,708 rows/s on 2db3aae's code and 7,044,685 on this code (1.06), and of its Python "
+             "rows 1,224,507 and 1,564,636 (1.28).")):
         ab = folder.parent / name
         if not ab.exists():
             continue
