@@ -7,8 +7,8 @@ the volume. The baseline reads through deltalake's own file system (its
 default) and through a `SubTreeFileSystem` (the fix for its abort at exit).
 Each export runs in a fresh process, its imports of pyarrow and deltalake
 timed (export_delta imports them when called: 0.2 s here); the three
-alternate, `--rounds` times, and the summary compares median rows/s. A last run exports a version
-already exported (nothing to write).
+alternate, `--rounds` times, and the summary compares median rows/s. A last
+run exports a version already exported (nothing to write).
 
 Then the export is streamed back on the same files, each reader in a fresh
 process with an empty cache, the four taking turns `--rounds` times: HF's
@@ -92,6 +92,13 @@ def _made() -> bool:
     return os.path.isdir(f"{TABLE}/_delta_log") and DeltaTable(TABLE).version() == COMMITS  # appends + delete
 
 
+def _make_table() -> None:
+    """The benchmark's table, made unless it is there already."""
+    if not _made():
+        shutil.rmtree(TABLE, ignore_errors=True)
+        measure(MAKE, TABLE, str(COMMITS), str(ROWS_PER_COMMIT), slow=False)
+
+
 STREAM = r"""
 import glob, json, os, sys, time
 reader, path = sys.argv[1], sys.argv[2]
@@ -140,9 +147,7 @@ def stream_back(results: list[dict], rounds: int) -> None:
 
 
 def main(rounds: int = 3) -> list[dict]:
-    if not _made():
-        shutil.rmtree(TABLE, ignore_errors=True)
-        measure(MAKE, TABLE, str(COMMITS), str(ROWS_PER_COMMIT), slow=False)
+    _make_table()
     shutil.rmtree(OUT, ignore_errors=True)
     results: list[dict] = []
     runs: dict[str, list[dict]] = {"ours": [], "own": [], "subtree": []}
@@ -166,9 +171,7 @@ def main(rounds: int = 3) -> list[dict]:
 
 def before_after(rev: str, rounds: int) -> None:
     """The export on `rev`'s code and on this code, in turns; medians to results/delta_before_after.json."""
-    if not _made():
-        shutil.rmtree(TABLE, ignore_errors=True)
-        measure(MAKE, TABLE, str(COMMITS), str(ROWS_PER_COMMIT), slow=False)
+    _make_table()
     shutil.rmtree(OUT, ignore_errors=True)
     samples: dict[str, list[int]] = {"before": [], "after": []}
     with checked_out(rev) as tree:
