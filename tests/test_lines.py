@@ -7,6 +7,7 @@ import json
 import logging
 import os
 import random
+import time
 
 import datasets
 import numpy as np
@@ -365,6 +366,30 @@ def test_second_pass_reads_nothing_from_the_volume(volume, small_spans):
     local.write_bytes(b"#" * st.st_size)
     os.utime(local, ns=(st.st_atime_ns, st.st_mtime_ns))
     assert sorted(load()) == list(range(300))
+
+
+def test_a_read_after_cache_hits_is_not_hedged_by_their_speed(volume, monkeypatch):
+    # A hit takes microseconds: had it set the hedging deadline (its floor, 0.15 s), the slow read of the
+    # second file that follows would be hedged, and its bytes read from the volume twice.
+    from air_core import RowStream
+
+    volume.write("d/a.jsonl", _jsonl(_records(50)))
+    volume.write("d/b.jsonl", _jsonl(_records(50, start=50)))
+    first = RowStream(volume.path("d"), include="a.jsonl")
+    assert len(list(first)) == 50  # a.jsonl is cached now
+    send = os.sendfile
+    reads: list[int] = []
+
+    def slow(out, in_, offset, count):
+        reads.append(offset)
+        time.sleep(0.5)
+        return send(out, in_, offset, count)
+
+    monkeypatch.setattr(os, "sendfile", slow)
+    stream = RowStream(volume.path("d"), schema=first.schema)  # no sample to infer from: b.jsonl is unread
+    assert sorted(r["id"] for r in stream) == list(range(100))
+    assert (stream.cache.stats.hits, stream.cache.stats.misses, stream.cache.stats.hedged) == (1, 1, 0)
+    assert reads == [0]
 
 
 @pytest.mark.slow

@@ -315,7 +315,7 @@ def _records(manifest: Manifest, units: Iterable[Span], cache: Cache, local_root
 
         return retrying(once, vpath if span is None else f"{vpath} (bytes {start}-{stop})")
 
-    def fetch(unit: Span) -> Chunks:
+    def fetch(unit: Span, get: Callable[[int, int, int], bytes | str]) -> Chunks:
         data = get(unit.file, unit.start, unit.stop)
         if unit.whole and (codec := compression(paths[unit.file])) is not None:
             return _decompressed(data, codec, manifest.volume_path(unit.file))
@@ -338,10 +338,36 @@ def _records(manifest: Manifest, units: Iterable[Span], cache: Cache, local_root
             stop += len(chunk)
         return iter([(base, lines, (memoryview(data)[at:whole], b"".join(tail)))])
 
+    def cached(k: int, start: int, stop: int) -> str:
+        """Bytes [start, stop) of file `k` as their cached copy's path; `_Miss` where the cache has none."""
+        size = int(sizes[k])
+        span = None if (start, stop) == (0, size) else (start, stop)
+        copy = cache.lookup(f"{root}/{paths[k]}", size, int(mtimes[k]), span)
+        if copy is None:
+            raise _Miss
+        return copy
+
+    def hit(unit: Span) -> tuple[Span, Chunks] | None:
+        """A unit whose bytes (and run-on) are all cached, taken on the calling thread; None: some are not.
+
+        A hit must not reach `ordered_map`'s threads: their hedging deadline
+        learns from every attempt's time, and a hit's microseconds set it to
+        its floor, under a span's read from the volume (~0.15 s for 16 MB over
+        netvol on 2 busy cores), which was then hedged: read twice.
+        """
+        try:
+            return unit, fetch(unit, cached)
+        except _Miss:
+            return None
+
     if ahead_bytes is None:
         ahead_bytes = SPANS_AHEAD * line_spans.SPAN_BYTES
-    yield from ordered_map(lambda unit: (unit, fetch(unit)), ((u, u.nbytes) for u in units), threads=SPAN_READS,
-                           max_ahead=SPAN_READS, max_bytes=ahead_bytes)
+    yield from ordered_map(lambda unit: (unit, fetch(unit, get)), ((u, u.nbytes) for u in units), threads=SPAN_READS,
+                           max_ahead=SPAN_READS, max_bytes=ahead_bytes, quick=hit)
+
+
+class _Miss(Exception):
+    """A quick look found some of a unit's bytes missing from the node cache."""
 
 
 def _cut(chunks: Chunks, size: int, *, counted: bool) -> Chunks:
