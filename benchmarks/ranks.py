@@ -41,11 +41,30 @@ def trace_bytes() -> tuple[int, int]:
 
 
 def cpu_s() -> float:
-    """CPU seconds of this process and of its children waited for (a DataLoader's workers, once shut down)."""
+    """CPU seconds of this process and of its children: those waited for (a DataLoader's workers, once shut down)
+    and those still running (persistent workers), from /proc."""
     import resource
 
     return sum(getattr(resource.getrusage(who), f) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)
-               for f in ("ru_utime", "ru_stime"))
+               for f in ("ru_utime", "ru_stime")) + _live_children_cpu_s(os.getpid())
+
+
+def _live_children_cpu_s(pid: int) -> float:
+    """CPU seconds of the running descendants of `pid` (their own and their waited-for children's)."""
+    total = 0.0
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            children = (task / "children").read_text().split()
+        except OSError:  # the thread or process ended meanwhile
+            continue
+        for child in map(int, children):
+            try:
+                fields = Path(f"/proc/{child}/stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            # utime, stime, cutime, cstime: fields 14-17 of stat, counted from the state (field 3)
+            total += sum(int(x) for x in fields[11:15]) / os.sysconf("SC_CLK_TCK") + _live_children_cpu_s(child)
+    return total
 
 
 def wait_for(sync: Path, name: str, n: int) -> None:
