@@ -263,7 +263,7 @@ def summary(case: str, info: dict, got: dict[str, list[dict]]) -> dict:
         return round(median(a["first_rows_s"] / b["first_rows_s"]
                             for a, b in zip(got[system], got["pyarrow-parse"])), 2)
 
-    ours, core, hf, parse = pick("uc-volume"), pick("air_core-rows"), pick("hf-json"), pick("pyarrow-parse")
+    hf, parse = pick("hf-json"), pick("pyarrow-parse")
     out = {"summary": f"JSON Lines, {CASES[case]} (scale {info['scale']}): {info[case]['rows']:,} records, "
                       f"{info[case]['bytes'] / 1e6:,.0f} MB; {WORLD} ranks x {WORKERS} DataLoader workers, "
                       "netvol 10 ms / 200 MB/s",
@@ -271,16 +271,21 @@ def summary(case: str, info: dict, got: dict[str, list[dict]]) -> dict:
            "rounds": {s: [r["first_rows_s"] for r in got[s]] for s in ROUNDED if s in got},
            "targets": {"volume_bytes_ratio": f"<= {TARGETS['bytes']}", "vs_hf_json": f">= {TARGETS['vs_hf']}",
                        "vs_parse": f">= {TARGETS['vs_parse']}", "second_bytes": "0"}}
-    for prefix, r in (("", ours), ("core_", core)):
-        if r:
+    for prefix, system in (("", "uc-volume"), ("core_", "air_core-rows")):
+        runs, r = got.get(system, []), pick(system)
+        if r:  # bytes and completeness: the worst round's
+            volume, second = (max(x[k] for x in runs) for k in ("volume_bytes_ratio", "second_bytes_ratio"))
             out.update({f"{prefix}rows_s": r["first_rows_s"], f"{prefix}rows_s_per_rank": r["first_rows_s_per_rank"],
-                        f"{prefix}second_rows_s": r["second_rows_s"],
-                        f"{prefix}volume_bytes_ratio": r["volume_bytes_ratio"],
-                        f"{prefix}second_bytes_ratio": r["second_bytes_ratio"],
-                        f"{prefix}complete": all(x["first_complete"] and x["second_complete"]
-                                                 for x in got["uc-volume" if not prefix else "air_core-rows"]),
-                        f"{prefix}bytes_ok": r["volume_bytes_ratio"] <= TARGETS["bytes"],
-                        f"{prefix}second_ok": r["second_bytes_ratio"] == 0})
+                        f"{prefix}second_rows_s": r["second_rows_s"], f"{prefix}volume_bytes_ratio": volume,
+                        f"{prefix}second_bytes_ratio": second,
+                        f"{prefix}complete": all(x["first_complete"] and x["second_complete"] for x in runs),
+                        f"{prefix}bytes_ok": volume <= TARGETS["bytes"], f"{prefix}second_ok": second == 0})
+            if hf:
+                out[f"{prefix}vs_hf_json"] = round(r["first_rows_s"] / hf["first_rows_s"], 2)
+                out[f"{prefix}vs_hf_ok"] = out[f"{prefix}vs_hf_json"] >= TARGETS["vs_hf"]
+            if parse:
+                out[f"{prefix}vs_parse"] = vs_parse(system)
+                out[f"{prefix}vs_parse_ok"] = out[f"{prefix}vs_parse"] >= TARGETS["vs_parse"]
     if hf:
         out.update({"hf_rows_s": hf["first_rows_s"], "hf_rows_s_per_rank": hf["first_rows_s_per_rank"],
                     "hf_volume_bytes_ratio": hf["volume_bytes_ratio"],
@@ -314,13 +319,6 @@ def summary(case: str, info: dict, got: dict[str, list[dict]]) -> dict:
             out["rowstream_vs_hf_json"] = round(tables["first_rows_s"] / hf["first_rows_s"], 2)
         if parse:
             out["rowstream_vs_parse"] = round(tables["first_rows_s"] / parse["first_rows_s"], 2)
-    for prefix, r, system in (("", ours, "uc-volume"), ("core_", core, "air_core-rows")):
-        if r and hf:
-            out[f"{prefix}vs_hf_json"] = round(r["first_rows_s"] / hf["first_rows_s"], 2)
-            out[f"{prefix}vs_hf_ok"] = out[f"{prefix}vs_hf_json"] >= TARGETS["vs_hf"]
-        if r and parse:
-            out[f"{prefix}vs_parse"] = vs_parse(system)
-            out[f"{prefix}vs_parse_ok"] = out[f"{prefix}vs_parse"] >= TARGETS["vs_parse"]
     return out
 
 
