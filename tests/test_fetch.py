@@ -119,6 +119,15 @@ def test_the_deadline_is_a_multiple_of_the_recent_p95_with_a_floor():
     assert d.seconds == pytest.approx(4 * 0.19)
 
 
+def test_of_few_reads_the_slowest_sets_the_deadline():
+    from air_core.io.fetch import Deadline
+
+    d = Deadline(factor=4, floor=0.15)
+    d.observe(0.001)  # a read that was quick
+    d.observe(0.14)  # and one as long as most
+    assert d.seconds == pytest.approx(4 * 0.14)  # not 4 x 0.001, under the floor: every read would be hedged
+
+
 def test_a_stuck_call_is_hedged_on_a_new_thread_and_the_pool_keeps_its_size():
     release = threading.Event()
     calls: list[int] = []

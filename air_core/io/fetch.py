@@ -12,6 +12,7 @@ backoff and turns a permanent one into a `FetchError` that names the file.
 from __future__ import annotations
 
 import errno
+import math
 import random
 import threading
 import time
@@ -87,7 +88,8 @@ class Deadline:
         self._new += 1
         if len(self._recent) <= 32 or self._new >= 32:  # sort a window once per 32 reads, not per read
             ranked = sorted(self._recent)
-            self.seconds = max(self.floor, self.factor * ranked[int(0.95 * (len(ranked) - 1))])
+            # The nearest rank: of few reads, the p95 is the slowest (rounding down made it the fastest of two).
+            self.seconds = max(self.floor, self.factor * ranked[math.ceil(0.95 * len(ranked)) - 1])
             self._new = 0
 
 
