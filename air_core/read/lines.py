@@ -303,11 +303,15 @@ def _records(manifest: Manifest, units: Iterable[Span], cache: Cache, local_root
     """
     root, paths, sizes, mtimes = manifest.root, manifest.paths, manifest.sizes, manifest.mtimes
 
+    def key(k: int, start: int, stop: int) -> tuple[str, int, int, tuple[int, int] | None]:
+        """The cache's key of bytes [start, stop) of file `k`: its volume path, size, mtime and span (None: whole)."""
+        size = int(sizes[k])
+        return f"{root}/{paths[k]}", size, int(mtimes[k]), None if (start, stop) == (0, size) else (start, stop)
+
     def get(k: int, start: int, stop: int) -> bytes | str:
         """Bytes [start, stop) of file `k`: the path of their cached copy, or (past a full cache) the bytes."""
-        size, mtime = int(sizes[k]), int(mtimes[k])
-        vpath, src = f"{root}/{paths[k]}", f"{local_root}/{paths[k]}"
-        span = None if (start, stop) == (0, size) else (start, stop)
+        vpath, size, mtime, span = key(k, start, stop)
+        src = f"{local_root}/{paths[k]}"
 
         def once() -> bytes | str:
             copy = cache.get(src, vpath, size, mtime, span)
@@ -340,9 +344,7 @@ def _records(manifest: Manifest, units: Iterable[Span], cache: Cache, local_root
 
     def cached(k: int, start: int, stop: int) -> str:
         """Bytes [start, stop) of file `k` as their cached copy's path; `_Miss` where the cache has none."""
-        size = int(sizes[k])
-        span = None if (start, stop) == (0, size) else (start, stop)
-        copy = cache.lookup(f"{root}/{paths[k]}", size, int(mtimes[k]), span)
+        copy = cache.lookup(*key(k, start, stop))
         if copy is None:
             raise _Miss
         return copy
