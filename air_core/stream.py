@@ -169,6 +169,7 @@ class FileStream(Stream):
         done = mine["consumed"] if mine else 0
         items = self._plan(grid, resumed_from)
         self._grid, self._consumed, self._resumed_from = grid, done, resumed_from
+        self._grid_key = (grid.rank, grid.world_size, grid.worker, grid.num_workers)
         self.skipped = []
         fetch = dict(self._fetch)
         fetch["fetch_threads"] = fetch["fetch_threads"] or default_fetch_threads(grid.num_workers)
@@ -225,13 +226,12 @@ class FileStream(Stream):
             "resumed_from": before,
         }
 
-    def position(self) -> tuple[int, list[int], int]:
+    def position(self) -> tuple[int, tuple[int, ...], int]:
         """`(epoch, grid, consumed)` of `state_dict()`, without the rest (its fingerprint, options, ...), which
-        would cost a DataLoader worker ~10 us a batch."""
-        g = self._grid
-        if self._pending is not None or g is None:
+        would cost a DataLoader worker ~10 us a batch; the grid is the pass's own tuple, made once."""
+        if self._pending is not None or self._grid is None:
             return super().position()  # type: ignore[return-value]
-        return self._epoch, [g.rank, g.world_size, g.worker, g.num_workers], self._consumed
+        return self._epoch, self._grid_key, self._consumed
 
     def __getstate__(self) -> dict:
         return {**super().__getstate__(), "_last_plan": None}  # a plan is made again where it is used

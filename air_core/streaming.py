@@ -64,11 +64,11 @@ class Stream:
             self._pending = None
         self._epoch = epoch
 
-    def position(self) -> tuple[int, list[int], object]:
-        """`(epoch, grid, consumed)` of `state_dict()`: how far this stream's pass got, what a DataLoader tags
-        each batch with (every batch: a subclass gives it without making the rest of the state)."""
+    def position(self) -> tuple[int, tuple[int, ...], object]:
+        """`(epoch, grid, consumed)` of `state_dict()`, the grid as a tuple: how far this stream's pass got, what
+        a DataLoader tags each batch with (every batch: a subclass gives it without making the rest of the state)."""
         state = self.state_dict()  # type: ignore[attr-defined]
-        return state["epoch"], state["grid"], state["consumed"]
+        return state["epoch"], tuple(state["grid"]), state["consumed"]
 
     def load_state_dict(self, state: dict) -> None:
         """Resume at the next iteration.
