@@ -3,8 +3,9 @@
 Both read every file's bytes through `UCVolumeDataset` + `DataLoader` (batch 32,
 `collate_fn=sum`), with an empty cache at the start, in one process: first a
 cold epoch of each (the disk settled after each); then every copy of both
-caches written again, the two caches' k-th copies one after the other (copies
-written earlier read slower, whoever wrote them); then `--warm` warm epochs of each,
+caches written again, each cache's in the order its loader read them, the two
+caches' k-th copies one after the other (copies written earlier read slower,
+whoever wrote them, and in another order than written too); then `--warm` warm epochs of each,
 taking turns (ABAB..., the other one first in the next process). The
 reference runs as bench_core.py runs it (6 workers, its per-rank default, over a
 flat folder: it does not recurse); ours reads the nested class folders at its
@@ -26,7 +27,7 @@ main process (`--breakdown`: those two alone).
 check that, with the copies written again in turn, neither lags for having
 filled its cache first.
 
-Usage: python benchmarks/bench_torch.py [--repeat 3] [--warm 9] [--breakdown | --twins]
+Usage: python benchmarks/bench_torch.py [--repeat 3] [--warm 10] [--breakdown | --twins]
 """
 
 from __future__ import annotations
@@ -40,8 +41,8 @@ import time
 from common import emit, image_volume, measure
 
 PAIRED = r"""
-import json, os, shutil, statistics, sys, time
-from torch.utils.data import IterableDataset
+import itertools, json, os, shutil, statistics, sys, tempfile, time
+from torch.utils.data import IterableDataset, get_worker_info
 import databricks.air.data as reference
 import air_core.torch as ours
 
@@ -49,14 +50,30 @@ nested, flat, workers, warm, first = sys.argv[1], sys.argv[2], sys.argv[3], int(
 twins = sys.argv[6:]  # ["databricks-sdk-air"] or ["air_core.torch"]: that loader against a second one of its own
 
 
+ORDERS = tempfile.mkdtemp()  # each worker's order of reading, of its first pass
+
+
 class ReadBytes(IterableDataset):
-    def __init__(self, paths):
-        self.paths = paths
+    def __init__(self, paths, name):
+        self.paths, self.name, self.passes = paths, name, 0
 
     def __iter__(self):
+        self.passes += 1
+        read = [] if self.passes == 1 else None
         for p in self.paths:
             with open(p, "rb") as f:
                 yield len(f.read())
+            if read is not None:
+                read.append(p)
+        if read is not None:
+            worker = get_worker_info()
+            with open(os.path.join(ORDERS, f"{self.name}@{worker.id if worker else 0}"), "w") as f:
+                json.dump(read, f)
+
+
+def read_order(name):  # the loader's copies as its workers read them side by side, their k-th files in turn
+    lists = [json.load(open(os.path.join(ORDERS, f))) for f in sorted(os.listdir(ORDERS)) if f.rsplit("@", 1)[0] == name]
+    return [p for step in itertools.zip_longest(*lists) for p in step if p is not None]
 
 
 def settle():  # the cold epoch's copies written out, so that the next epoch runs on a quiet disk
@@ -78,7 +95,7 @@ def loader(system):
         n, kw, DataLoader = len(ds.manifest), {} if workers == "default" else {"num_workers": int(workers)}, ours.DataLoader
         copies = os.path.join(cache or os.environ["AIR_CACHE_DIR"], "objects")
     listed = time.perf_counter() - t
-    dl = DataLoader(ReadBytes(ds), batch_size=32, collate_fn=sum, **kw)
+    dl = DataLoader(ReadBytes(ds, system + (" (second)" if twin else "")), batch_size=32, collate_fn=sum, **kw)
     return dl, {"system": system + (" (second)" if twin else ""), "workers": dl.num_workers, "list_s": round(listed, 3), "files": n}, copies
 
 
@@ -108,9 +125,14 @@ for name in systems:
     settle()
 # Here copies written earlier read slower, whoever wrote them (the same 2,000 files copied by sendfile into two
 # folders one after the other, then read in turns: 1.30-1.36x for the first; copied file by file into both in
-# turn: 1.00x), and the loaders write theirs at different paces. So before the warm epochs every copy of both
-# caches is written again, the two caches' k-th copies one after the other: the warm epochs read copies of one age.
-held = [copies_of(made[name][2]) for name in systems]
+# turn: 1.00x), and the loaders write theirs at different paces. Files also read faster in the order they were
+# written than in another (~6% here, one process): the reference's cold epoch writes its copies in the order it
+# reads them, ours as its reads ahead complete. So before the warm epochs every copy of both caches is written
+# again, each cache's in the order its loader read them, the two caches' k-th copies one after the other: the
+# warm epochs read copies of one age, laid out alike.
+held = [read_order(name) for name in systems]
+for name, order in zip(systems, held):
+    assert sorted(order) == copies_of(made[name][2]), name  # every copy, each once
 assert len(set(map(len, held))) == 1, [len(h) for h in held]
 for both in zip(*held):
     for path in both:
@@ -129,6 +151,7 @@ for name in sorted(systems, key=systems.index if twins else ("databricks-sdk-air
     pair.append(out)
 a, b = (twins[0], twins[0] + " (second)") if twins else ("databricks-sdk-air", "air_core.torch")
 ratios = [r / o for r, o in zip(seconds[a], seconds[b])]  # a twin's: > 1 where the one filled first is slower
+shutil.rmtree(ORDERS)
 print(json.dumps({"pair": pair, "first": first, "cold_ratio": cold[a] / cold[b],
                   "warm_ratios": [round(x, 3) for x in ratios]}))
 """
@@ -279,7 +302,7 @@ def twins(repeat: int, warm: int) -> list[dict]:
     return results
 
 
-def main(repeat: int = 3, warm: int = 9) -> list[dict]:
+def main(repeat: int = 3, warm: int = 10) -> list[dict]:
     nested, flat = image_volume()
     results: list[dict] = []
     runs: dict[str, list[dict]] = {"default": [], "6": []}
@@ -313,7 +336,7 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeat", type=int, default=4,
                         help="processes per worker count of ours, half with each loader first (even)")
-    parser.add_argument("--warm", type=int, default=9, help="warm epochs of each loader per process, in turns")
+    parser.add_argument("--warm", type=int, default=10, help="warm epochs of each loader per process, in turns (even: each goes first in as many pairs)")
     parser.add_argument("--breakdown", action="store_true", help="where a warm item's time goes (both measurements), then exit")
     parser.add_argument("--twins", action="store_true",
                         help="each loader against a second of its own kind instead: does the one filled first lag?")

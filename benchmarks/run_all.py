@@ -30,7 +30,7 @@ RESULTS = HERE / "results"
 
 BENCHES = {
     "core": ["bench_core.py"],
-    "torch": ["bench_torch.py", "--repeat", "4"],
+    "torch": ["bench_torch.py", "--repeat", "6"],
     "hf": ["bench_hf.py", "--repeat", "3", "--root", "{tmp}/air-bench-hf"],
     "ray": ["bench_ray.py", "--netvol", "{netvol}", "--workdir", "{tmp}/air-bench"],
     "delta": ["bench_delta.py", "--rounds", "5"],
