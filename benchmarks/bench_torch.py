@@ -72,7 +72,8 @@ class ReadBytes(IterableDataset):
 
 
 def read_order(name):  # the loader's copies as its workers read them side by side, their k-th files in turn
-    lists = [json.load(open(os.path.join(ORDERS, f))) for f in sorted(os.listdir(ORDERS)) if f.rsplit("@", 1)[0] == name]
+    lists = [json.load(open(os.path.join(ORDERS, f)))
+             for f in sorted(os.listdir(ORDERS)) if f.rsplit("@", 1)[0] == name]
     return [p for step in itertools.zip_longest(*lists) for p in step if p is not None]
 
 
@@ -336,7 +337,8 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeat", type=int, default=4,
                         help="processes per worker count of ours, half with each loader first (even)")
-    parser.add_argument("--warm", type=int, default=10, help="warm epochs of each loader per process, in turns (even: each goes first in as many pairs)")
+    parser.add_argument("--warm", type=int, default=10,
+                        help="warm epochs of each loader per process, in turns (even: each goes first as often)")
     parser.add_argument("--breakdown", action="store_true", help="where a warm item's time goes (both measurements), then exit")
     parser.add_argument("--twins", action="store_true",
                         help="each loader against a second of its own kind instead: does the one filled first lag?")
