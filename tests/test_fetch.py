@@ -110,13 +110,13 @@ def test_the_deadline_is_a_multiple_of_the_recent_p95_with_a_floor():
     from air_core.io.fetch import Deadline
 
     d = Deadline(factor=4, floor=0.25)
-    assert d.seconds is None  # no peer yet: nothing is slow
+    assert d.limit() is None  # no peer yet: nothing is slow
     for _ in range(100):
         d.observe(0.01)
-    assert d.seconds == 0.25
+    assert d.limit() == 0.25
     for k in range(600):
         d.observe(0.1 + k % 10 / 100)  # 0.10 .. 0.19 s, and the window forgets the 0.01 s reads
-    assert d.seconds == pytest.approx(4 * 0.19)
+    assert d.limit() == pytest.approx(4 * 0.19)
 
 
 def test_of_few_reads_the_slowest_sets_the_deadline():
@@ -125,7 +125,20 @@ def test_of_few_reads_the_slowest_sets_the_deadline():
     d = Deadline(factor=4, floor=0.15)
     d.observe(0.001)  # a read that was quick
     d.observe(0.14)  # and one as long as most
-    assert d.seconds == pytest.approx(4 * 0.14)  # not 4 x 0.001, under the floor: every read would be hedged
+    assert d.limit() == pytest.approx(4 * 0.14)  # not 4 x 0.001, under the floor: every read would be hedged
+
+
+def test_a_large_read_among_small_ones_gets_a_deadline_for_its_size():
+    from air_core.io.fetch import Deadline
+
+    d = Deadline(factor=4, floor=0.15)
+    for _ in range(40):
+        d.observe(0.03, 150_000)  # small files, 30 ms each
+    small, large = d.limit(150_000), d.limit(16 << 20)
+    assert small == 0.15  # 4 x 30 ms is under the floor
+    assert large > 4 * 0.03 * 7  # not hedged at a small file's deadline: a 16 MiB read moves 100x the bytes
+    d.observe(0.25, 16 << 20)  # one large read, as fast per byte as the small ones
+    assert d.limit(16 << 20) == pytest.approx(large, rel=0.01)
 
 
 def test_a_stuck_call_is_hedged_on_a_new_thread_and_the_pool_keeps_its_size():

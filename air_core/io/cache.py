@@ -672,8 +672,8 @@ def copy_into(source: str, volume_path: str, size: int, mtime_ns: int, fd: int, 
         try:
             copy = _copy_range if remote is None else functools.partial(_download_range, remote)
             parts = list(ordered_map(lambda b: copy(source, volume_path, size, mtime_ns, fd, *b, begin, done),
-                                     ((b, 0) for b in bounds), threads=_RANGE_THREADS, max_ahead=len(bounds),
-                                     max_bytes=1, hedge_floor=_RANGE_HEDGE_FLOOR_S))
+                                     ((b, b[1] - b[0]) for b in bounds), threads=_RANGE_THREADS,
+                                     max_ahead=len(bounds), max_bytes=end - begin, hedge_floor=_RANGE_HEDGE_FLOOR_S))
         finally:
             done.set()
         copied, blocks = sum(n for n, _ in parts), [b for _, bs in parts for b in bs]

@@ -65,32 +65,45 @@ def retrying(fn: Callable[[], R], what: str, *, attempts: int = 10, delay: float
 
 
 class Deadline:
-    """How long a read may run before it is hedged: `factor` x the p95 of recent reads, at least `floor`.
+    """How long a read may run before it is hedged: `factor` x the p95 of recent reads scaled to its size, at
+    least `floor`.
 
     Relative to peers, so it follows the volume (tens of ms for a small file
     here, seconds for a large one); the floor keeps a burst of CPU contention,
     which slows every read alike, from passing for a stuck one. A hedge costs
     one read, a stall waited for costs the consumer the deadline: 0.15 s is
     ten times the p95 of small reads on a loaded 2-core box (~14 ms) and a
-    fraction of a 2,000-file epoch (0.5-1 s). `seconds` is None until a read
-    has completed: with no peer, no read is slow.
+    fraction of a 2,000-file epoch (0.5-1 s). Reads are compared per byte,
+    each counted with `FIXED_BYTES` more for its fixed cost, so that a 16 MiB
+    read among small files is not taken for a stuck one of theirs (a hedge
+    would read it twice). `limit()` is None until a read has completed: with
+    no peer, no read is slow.
     """
+
+    # A read's fixed cost (its open, its first byte), as the bytes a stream moves meanwhile: 10 ms at 200 MB/s.
+    FIXED_BYTES = 2 << 20
 
     def __init__(self, factor: float = HEDGE_FACTOR, floor: float = HEDGE_FLOOR_S, window: int = 512) -> None:
         self.factor, self.floor = factor, floor
-        self.seconds: float | None = None
+        self._per_byte: float | None = None  # the p95 of recent reads' seconds per (size + FIXED_BYTES)
         self._recent: deque[float] = deque(maxlen=window)
         self._new = 0
 
-    def observe(self, seconds: float) -> None:
-        """Record how long a completed read took."""
-        self._recent.append(seconds)
+    def observe(self, seconds: float, nbytes: int = 0) -> None:
+        """Record how long a completed read of `nbytes` bytes (0: unknown or small) took."""
+        self._recent.append(seconds / (nbytes + self.FIXED_BYTES))
         self._new += 1
         if len(self._recent) <= 32 or self._new >= 32:  # sort a window once per 32 reads, not per read
             ranked = sorted(self._recent)
             # The nearest rank: of few reads, the p95 is the slowest (rounding down made it the fastest of two).
-            self.seconds = max(self.floor, self.factor * ranked[math.ceil(0.95 * len(ranked)) - 1])
+            self._per_byte = ranked[math.ceil(0.95 * len(ranked)) - 1]
             self._new = 0
+
+    def limit(self, nbytes: int = 0) -> float | None:
+        """Seconds a read of `nbytes` bytes may run before it is hedged; None before any read completed."""
+        if self._per_byte is None:
+            return None
+        return max(self.floor, self.factor * self._per_byte * (nbytes + self.FIXED_BYTES))
 
 
 def ordered_map(
@@ -157,7 +170,7 @@ def ordered_map(
                     nbytes = 0
                 else:
                     reading = True  # a read to start: fill the window, for as many reads in flight as it allows
-                    pool.submit(end, item)
+                    pool.submit(end, item, nbytes)
                 waiting.append((item, nbytes))
                 inflight += nbytes
                 end += 1
@@ -181,6 +194,7 @@ class _Attempts:
     whether one has settled it."""
 
     latest: float
+    nbytes: int
     pending: int = 1
     settled: bool = False
 
@@ -203,13 +217,13 @@ class _Pool(Generic[T, R]):
         self.stop = threading.Event()
         self.workers = self.slow = self.hedges = 0
 
-    def submit(self, position: int, item: T) -> None:
-        """Queue a read, adding a thread while the pool is below its size."""
+    def submit(self, position: int, item: T, nbytes: int) -> None:
+        """Queue a read of `nbytes` bytes, adding a thread while the pool is below its size."""
         if self.workers < self.threads:
             with self.arrived:
                 self.workers += 1
             threading.Thread(target=self._work, name="air-fetch", daemon=True).start()
-        self.jobs.put((position, item))
+        self.jobs.put((position, item, nbytes))
 
     def wait_for(self, position: int, item: T, *, hedges_allowed: float) -> None:
         """Block until `position` has a result, hedging its read whenever it is overdue (up to `hedges_allowed`)."""
@@ -236,7 +250,7 @@ class _Pool(Generic[T, R]):
                 run.settled = True
                 self.results[position] = out
                 if out[0]:
-                    self.deadline.observe(time.monotonic() - begun)
+                    self.deadline.observe(time.monotonic() - begun, run.nbytes)
                 self.arrived.notify()
             if begun != run.latest:
                 self.slow -= 1
@@ -251,16 +265,17 @@ class _Pool(Generic[T, R]):
         if hedge is not None and self._attempt(*hedge):
             return
         while (job := self.jobs.get()) is not None and not self.stop.is_set():
-            position, item = job
+            position, item, nbytes = job
             begun = time.monotonic()
-            self.running[position] = _Attempts(begun)  # the consumer only looks one up, never iterates: no lock
+            self.running[position] = _Attempts(begun, nbytes)  # the consumer only looks one up, never iterates: no lock
             if self._attempt(position, item, begun):
                 return
 
     def _wait_or_hedge(self, position: int, item: T, hedges_allowed: float) -> float | None:
         """Hedge `position` if its latest attempt is overdue; else how long until it is (None: no limit).
         The caller holds `arrived`."""
-        run, limit = self.running.get(position), self.deadline.seconds
+        run = self.running.get(position)
+        limit = self.deadline.limit(0 if run is None else run.nbytes)
         if limit is None or self.hedges >= hedges_allowed:
             return None
         if run is None:  # still queued behind busy threads: look again later
