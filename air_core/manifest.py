@@ -234,6 +234,18 @@ class Manifest:
                 memo.update(zip(at.tolist(), rows))
         return rows
 
+    def subset(self, items: Sequence[int]) -> "Manifest":
+        """The listing of `items` alone, in the order given, under this listing's fingerprint (a read task's
+        share of it): its arrays gathered, no Python object made per file (10^6 files' rows as tuples cost
+        their maker ~0.5 s, most of it the collector's passes over them)."""
+        items = np.asarray(items, dtype=np.int64)
+        joined = list(self.paths._joined(items))
+        blob = np.concatenate([b for b, _ in joined]) if joined else np.zeros(0, np.uint8)
+        offsets = np.zeros(len(items) + 1, dtype=np.int64)
+        if joined:
+            np.cumsum(np.concatenate([n for _, n in joined]) + 1, out=offsets[1:])
+        return Manifest(self.root, blob, offsets, self.sizes[items], self.mtimes[items], self.fingerprint)
+
     def rows(self, items: Sequence[int]) -> list[tuple[str, int, int]]:
         """(relative path, size, mtime_ns) of `items`, for a `from_rows` of part of the listing."""
         items = np.asarray(items, dtype=np.int64)

@@ -1,6 +1,7 @@
 """Volume paths and listings: shapes, clear errors, skipping, globs, fingerprints."""
 
 import os
+import pickle
 
 import pytest
 from hypothesis import given, strategies as st
@@ -223,6 +224,16 @@ def test_paths_taken_together_are_the_paths_one_at_a_time(paths, data):
     lengths, names = m.paths.lengths(items)
     assert lengths.tolist() == [len(p.encode()) for p in one_by_one]
     assert names.tolist() == [len(p.rsplit("/", 1)[-1].encode()) for p in one_by_one]
+
+
+@given(st.lists(st.text(alphabet="ab/é.", min_size=1, max_size=8), min_size=1, max_size=25, unique=True), st.data())
+def test_a_subset_is_the_listing_of_its_items_in_their_order_and_survives_pickling(paths, data):
+    m = Manifest.from_rows("/Volumes/c/s/v/d", sorted((p, len(p), 7 * len(p)) for p in paths))
+    items = data.draw(st.lists(st.integers(0, len(paths) - 1), max_size=40))
+    part = pickle.loads(pickle.dumps(m.subset(items)))
+    assert (part.root, part.fingerprint, len(part)) == (m.root, m.fingerprint, len(items))
+    assert [(part.paths[k], int(part.sizes[k]), int(part.mtimes[k])) for k in range(len(part))] == m.rows(items)
+    assert part.paths.tolist() == m.paths.take(items)
 
 
 def test_volume_rows_are_remembered_boundedly_and_equal_a_fresh_decode():

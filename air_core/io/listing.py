@@ -45,7 +45,9 @@ LIST_THREADS = 32
 PROGRESS_AFTER_SECONDS = 2.0
 HAND_OFF_SECONDS = 0.25
 MAX_PROCESSES = 8
-_WORKER = "from air_core.io.listing import _worker; _worker()"
+# The collector off: a worker makes a tuple per file and no cycle, and its passes over 10^6 of them cost the
+# listing ~0.4 s (measured, 10^6 files over 2 workers).
+_WORKER = "import gc; gc.disable(); from air_core.io.listing import _worker; _worker()"
 
 Folder = tuple[str, str, str]  # (local path, path relative to the listed folder with a trailing "/", real path)
 

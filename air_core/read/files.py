@@ -14,7 +14,7 @@ from ..planning import resume
 from ..io.cache import Cache
 from ..io.files import DEFAULT_FETCH_THREADS, DEFAULT_PREFETCH, DEFAULT_PREFETCH_BYTES, CachedFile, OnError, Skipped, read_items
 from ..manifest import Manifest
-from .reader import FileRowsPart, FileRowsReader
+from .reader import FileRowsReader, Part
 
 if TYPE_CHECKING:
     from ..grid import Grid
@@ -80,28 +80,36 @@ class FilesReader(FileRowsReader):
 
     def part(self, pieces: Sequence[int], planning: Planning, *, epoch: int) -> FilesPart:
         m = self.source.manifest
-        rows = m.rows(pieces)
-        return FilesPart(m.root, self.source.local, m.fingerprint, rows, list(pieces))
+        return FilesPart(self.source.local, m.subset(pieces), list(pieces))
 
 
 @dataclass(frozen=True)
-class FilesPart(FileRowsPart):
-    """Loose files to read elsewhere: their rows of the listing, and where its root lies on the machine that
-    listed it (a Ray worker may not share the driver's `AIR_VOLUMES_ROOT`)."""
+class FilesPart(Part):
+    """Loose files to read elsewhere: their part of the listing (arrays, which travel as they are), and where
+    its root lies on the machine that listed it (a Ray worker may not share the driver's `AIR_VOLUMES_ROOT`)."""
 
-    root: str
     local_root: str
-    fingerprint: str
-    listing: list[tuple[str, int, int]]
+    listing: Manifest
     files: list[int]
 
     @property
+    def rows(self) -> int:
+        return len(self.listing)
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.listing.sizes.sum())
+
+    @property
+    def largest(self) -> int:
+        return int(self.listing.sizes.max(initial=0))
+
+    @property
     def input_files(self) -> list[str]:
-        return [f"{self.root}/{r[0]}" for r in self.listing]
+        return list(map(f"{self.listing.root}/".__add__, self.listing.paths.tolist()))
 
     def read(self, cache: Cache, *, fetch_threads: int = DEFAULT_FETCH_THREADS, prefetch: int = DEFAULT_PREFETCH,
              prefetch_bytes: int = DEFAULT_PREFETCH_BYTES, on_error: OnError = "raise",
              columns: Sequence[str] | None = None) -> Iterator[CachedFile | Skipped]:
-        manifest = Manifest.from_rows(self.root, self.listing, self.fingerprint)
-        return read_items(manifest, range(len(manifest)), cache, fetch_threads=fetch_threads, prefetch=prefetch,
+        return read_items(self.listing, range(len(self.listing)), cache, fetch_threads=fetch_threads, prefetch=prefetch,
                           prefetch_bytes=prefetch_bytes, local_root=self.local_root, on_error=on_error)
