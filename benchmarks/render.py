@@ -600,6 +600,15 @@ TORCH_NOTES = [
     "  warm epochs 19,426 files/s against 45,365, and the `stat` of a copy 1.77 µs against 1.1 (in one",
     "  process, unchanged code). Runs' medians of the warm ratio at 6 workers: 0.93-1.04 (ours second",
     "  0.93-0.98, ours first 0.98-1.04).",
+    "- What is left of the gap is where the copies' pages lie, not the loaders (probes, 6 workers, not",
+    "  recorded). With nothing read, a warm epoch of ours took 15.87-16.17 ms and the reference's",
+    "  16.21-16.35 (torch's own DataLoader over our dataset 15.38-15.53; 120 epochs in random turns, three",
+    "  processes). Reading, the workers spend 80-112 ms of CPU per 50-69 ms epoch, nearly all of it the",
+    "  consumer's reads, and that moves with the copies' pages: with the caches as their cold epochs left",
+    "  them, ours ran 0.85-1.14x the reference across six processes; writing both caches again (k-th",
+    "  copies in turn) gave 0.91x and 1.02x in two, and writing ours again after that 0.96x and 1.13x.",
+    "  256 shard folders against 16 moved the recorded figure by less than its spread (6 workers: 0.98",
+    "  and 0.95 with 256, 0.98 and 0.91 with 16; two runs of two processes each).",
 ]
 
 def torch_breakdown(data: dict) -> list[str]:
