@@ -65,7 +65,7 @@ class Paths(SequenceABC):
         """The byte lengths of the paths of `items` and of their file names (their last parts), as arrays.
 
         The names' are found once for every path (see `_name_lengths`): a Ray driver asks for every read
-        task's files, and each gather of their bytes cost ~1 us a file.
+        task's files, and gathering their bytes again for each took 0.1-0.2 s of `get_read_tasks` at 10^6 files.
         """
         items = np.asarray(items, dtype=np.int64)
         return self._offsets[items + 1] - self._offsets[items] - 1, self._name_lengths[items].astype(np.int64)
@@ -245,8 +245,8 @@ class Manifest:
 
     def subset(self, items: Sequence[int]) -> "Manifest":
         """The listing of `items` alone, in the order given, under this listing's fingerprint (a read task's
-        share of it): its arrays gathered, no Python object made per file (10^6 files' rows as tuples cost
-        their maker ~0.5 s, most of it the collector's passes over them)."""
+        share of it): its arrays gathered, no Python object made per file (10^6 files' rows as tuples, and
+        the paths made from them, cost `get_read_tasks` 0.3-0.4 s more, much of it the collector's passes)."""
         items = np.asarray(items, dtype=np.int64)
         joined = list(self.paths._joined(items))
         blob = np.concatenate([b for b, _ in joined]) if joined else np.zeros(0, np.uint8)
