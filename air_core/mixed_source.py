@@ -200,7 +200,7 @@ class MixedSource(Mixed):
                           "air_core.resolve_source(path).manifest")
 
     def epoch(self, epoch: int, seed: int) -> mixture.Epoch:
-        """The items of `epoch` (the planner, made on first use, keeps the last few and what all epochs share)."""
+        """The items of `epoch` (the planner, made on first use, keeps the last one and what all epochs share)."""
         if self._mixture is None:
             manifests = [s.manifest for s in self.sources]
             self._mixture = mixture.Mixture([m.sizes for m in manifests], self.counts,

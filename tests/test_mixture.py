@@ -205,6 +205,32 @@ def test_chained_resumes_on_changing_grids_read_the_rest_of_the_epoch_once(mix, 
     assert sorted(got) == list(range(len(ep.items)))
 
 
+@given(st.lists(st.integers(0, 60), min_size=1, max_size=5).filter(any))
+@settings(max_examples=200, deadline=None)
+def test_the_interleave_orders_each_sources_picks_evenly_ties_to_the_earlier_source(counts):
+    """Source i's j-th pick at (2j + 1)/2k_i of the way, in exact fractions: the order the slots follow."""
+    from fractions import Fraction
+
+    by_place = sorted((Fraction(2 * j + 1, 2 * k), i, j) for i, k in enumerate(counts) for j in range(k))
+    starts = np.cumsum([0] + counts)
+    assert mx.Mixture([np.ones(max(k, 1), np.int64) for k in counts], counts).interleave.tolist() == [
+        int(starts[i]) + j for _, i, j in by_place]
+
+
+@given(mixtures(), st.integers(0, 6), st.integers(1, 9))
+@settings(max_examples=60, deadline=None)
+def test_an_epoch_planned_a_few_slots_at_a_time_is_the_same_epoch(mix, epoch, world_size):
+    """The planner builds its arrays a block at a time (bounded temporaries at 10**7 slots): blocks of 3
+    give the same slots, items and deal order as one block."""
+    whole, _ = epoch_of(*mix, epoch)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(mx, "_BLOCK", 3)
+        blocks, _ = epoch_of(*mix, epoch)
+        assert blocks.items.tolist() == whole.items.tolist()
+        assert blocks.sizes.tolist() == whole.sizes.tolist()
+        assert blocks.deal_order(world_size).tolist() == whole.deal_order(world_size).tolist()
+
+
 def test_planning_ten_million_items_over_three_sources_is_vectorised():
     rng = np.random.default_rng(0)
     sizes = [rng.integers(1, 1 << 20, n) for n in (5_000_000, 3_000_000, 2_000_000)]

@@ -57,7 +57,7 @@ from .shares import _lane_count, _snake_lanes, largest_first
 
 Weight = Literal["proportion", "repeat", "choose"]
 WEIGHTS = ("proportion", "repeat", "choose")
-_EPOCHS_HELD = 2
+_BLOCK = 1 << 20
 
 
 def source_counts(sizes: Sequence[int], kind: Weight, weights: Sequence[float], *, epoch_size: int | None = None,
@@ -121,20 +121,24 @@ def _largest_remainder(quotas: Sequence[Fraction], total: int) -> list[int]:
 
 
 def picks(n: int, k: int, *, seed: int, epoch: int, source: int) -> np.ndarray:
-    """The items (0..n-1, with repeats, ascending) that a source of `n` items holding `k` per epoch gives `epoch`.
+    """The items (0..n-1, with repeats, ascending) that a source of `n` items holding `k` per epoch gives `epoch`,
+    in 32 bits where n allows (an epoch keeps them).
 
     Every item ⌊k/n⌋ times, and the next k mod n positions of the source's walk
     over its passes (see the module's docstring): no item twice among them.
     """
+    index = _index_type(n)
     whole, r = divmod(k, n)
-    drawn = _Walk(n, r, seed, source).epoch(epoch) if r else np.zeros(0, np.int64)
+    drawn = _Walk(n, r, seed, source).epoch(epoch).astype(index) if r else np.zeros(0, index)
     if not whole:
         drawn.sort()
         return drawn
     if not r:
-        return np.repeat(np.arange(n, dtype=np.int64), whole)
+        return np.repeat(np.arange(n, dtype=index), whole)
     # Each item's count, in one pass: no sort of the whole source's repeats.
-    return np.repeat(np.arange(n, dtype=np.int64), np.bincount(drawn, minlength=n) + whole)
+    times = np.bincount(drawn, minlength=n)
+    times += whole
+    return np.repeat(np.arange(n, dtype=index), times)
 
 
 class _Passes:
@@ -332,7 +336,8 @@ def _cycle_keys(n: int, seed: int, source: int, cycle: int) -> np.ndarray:
     bits = (n - 1).bit_length()
     keys >>= np.uint64(bits)
     keys <<= np.uint64(bits)
-    keys |= np.arange(n, dtype=np.uint64)
+    for lo in range(0, n, _BLOCK):  # a block at a time: no second array of the source's size
+        keys[lo:lo + _BLOCK] |= np.arange(lo, min(n, lo + _BLOCK), dtype=np.uint64)
     return keys
 
 
@@ -345,6 +350,23 @@ def _smallest(keys: np.ndarray, lo: int, hi: int, n: int) -> np.ndarray:
     part = np.partition(keys, ([lo] if lo else []) + ([hi - 1] if hi < len(keys) else []))[lo:hi]
     part &= mask  # a copy of the keys: no need of another
     return part.view(np.int64)
+
+
+def _index_type(n: int) -> type[np.signedinteger]:
+    """The integers that number n slots: 32 bits where they do (at 10**7 slots an array of them is 40 MB, not 80)."""
+    return np.int32 if n < 2**31 else np.int64
+
+
+def _picks_before(j: np.ndarray, k: int, k_other: int, *, ties_first: bool) -> np.ndarray:
+    """How many of another source's k_other picks sit before the j-th of k: those with (2j' + 1)/2k_other below
+    (2j + 1)/2k, or equal to it where `ties_first` (that source comes earlier), counted in whole numbers."""
+    a = (2 * j + 1) * k_other
+    if not ties_first:
+        a -= 1
+    a //= k  # the largest m with m·k below (2j + 1)·k_other (or up to it): (m + 1) // 2 odd numbers up to it
+    a += 1
+    a //= 2
+    return np.minimum(a, k_other, out=a)
 
 
 class Mixture:
@@ -366,30 +388,39 @@ class Mixture:
         self.by_size = list(by_size) if by_size is not None else [largest_first(s) for s in self.sizes]
         self.offsets = np.concatenate([[0], np.cumsum([len(s) for s in self.sizes])]).astype(np.int64)
         self._homes: dict[int, list[np.ndarray]] = {}
-        self._epochs: dict[tuple[int, int], Epoch] = {}
+        self._last: tuple[tuple[int, int], Epoch] | None = None
 
     def epoch(self, epoch: int, seed: int) -> Epoch:
-        """The items of `epoch` (the last few asked are kept: a pass plans, counts and reads one)."""
+        """The items of `epoch`. The last one asked is kept (a pass plans, counts and reads it), and only that one:
+        at 10**7 slots an epoch holds ~250 MB in every process that plans it, 48 of them on a node of 8 ranks."""
         key = (epoch, seed)
-        if key not in self._epochs:
-            while len(self._epochs) >= _EPOCHS_HELD:
-                del self._epochs[next(iter(self._epochs))]
-            self._epochs[key] = Epoch(self, epoch=epoch, seed=seed)
-        return self._epochs[key]
+        if self._last is None or self._last[0] != key:
+            self._last = None  # its arrays freed before the next one's are made: their pages serve again
+            self._last = key, Epoch(self, epoch=epoch, seed=seed)
+        return self._last[1]
 
     @cached_property
     def interleave(self) -> np.ndarray:
         """The epoch's slots, as positions among the sources' picks laid end to end (the counts alone fix it).
 
-        Source i's j-th pick sits at (j + ½)/kᵢ of the way: each source's keys
-        ascend, so a stable sort merges the runs (ties go to the earlier source).
+        Source i's j-th pick sits at (2j + 1)/2kᵢ of the way, ties to the earlier
+        source: its slot is j plus how many picks of each other source sit before
+        it, a whole-number division each (`_picks_before`), so the slots come
+        from one scatter, with no sort and no float.
         """
-        where = np.empty(sum(self.counts))
+        total = sum(self.counts)
+        out = np.empty(total, _index_type(total))
         start = 0
-        for k in self.counts:  # in place: at 10**7 slots each temporary array costs as much as the sort
-            np.divide(np.arange(0.5, k), k, out=where[start:start + k])
+        for i, k in enumerate(self.counts):
+            for lo in range(0, k, _BLOCK):  # a block at a time: each temporary a few MB, whatever the epoch's size
+                j = np.arange(lo, min(k, lo + _BLOCK), dtype=np.int64)
+                slot = j.copy()
+                for other, k_other in enumerate(self.counts):
+                    if other != i and k_other:
+                        slot += _picks_before(j, k, k_other, ties_first=other < i)
+                out[slot] = j + start
             start += k
-        return np.argsort(where, kind="stable")
+        return out
 
     def homes(self, world_size: int) -> list[np.ndarray]:
         """Every source's items' home ranks over `world_size` ranks: each source's own bytes deal, by size alone."""
@@ -420,18 +451,31 @@ class Epoch:
         self.mixture, self.offsets = mixture, mixture.offsets
         self._chosen = [picks(len(s), k, seed=seed, epoch=epoch, source=i)
                         for i, (s, k) in enumerate(zip(mixture.sizes, mixture.counts))]
-        # Gathered source by source, in ascending order (a pass each), then interleaved: one random gather.
-        self.sizes = self._interleaved([s[c] for s, c in zip(mixture.sizes, self._chosen)])
+        self.sizes = self._interleaved(mixture.sizes)
         self._orders: dict[int, np.ndarray] = {}
 
-    def _interleaved(self, per_source: list[np.ndarray]) -> np.ndarray:
-        """The slots' values, from each source's values of its picks."""
-        return np.concatenate(per_source)[self.mixture.interleave]
+    def _interleaved(self, values: Sequence[np.ndarray] | None) -> np.ndarray:
+        """Each slot's value: its pick's in its source's `values` (None: the pick's number in the mixture's listing).
+
+        Gathered source by source into one array, each in ascending order (a
+        pass each), then interleaved by one random gather: two arrays of the
+        epoch's size, no more.
+        """
+        picked = np.empty(len(self.mixture.interleave), np.int64 if values is None else np.result_type(*values))
+        start = 0
+        for i, c in enumerate(self._chosen):
+            into = picked[start:start + len(c)]
+            if values is None:
+                np.add(c, self.offsets[i], out=into)
+            else:
+                np.take(values[i], c, out=into)
+            start += len(c)
+        return picked[self.mixture.interleave]
 
     @cached_property
     def items(self) -> np.ndarray:
         """Every slot's item (a stream's plan gathers its own slots' with `items_at`)."""
-        return self._interleaved([c + off for c, off in zip(self._chosen, self.offsets.tolist())])
+        return self._interleaved(None)
 
     def items_at(self, slots: np.ndarray) -> np.ndarray:
         """The items of `slots` (a stream's few, without gathering every slot's item)."""
@@ -464,12 +508,16 @@ class Epoch:
         n = len(self.sizes)
         if world_size == 1 or not n:
             return largest_first(self.sizes)
-        rank = self._interleaved([h[c] for h, c in zip(self.mixture.homes(world_size), self._chosen)])
+        rank = self._interleaved(self.mixture.homes(world_size))
         want = np.array([_lane_count(world_size, r, n) for r in range(world_size)])
         drawn = np.bincount(rank, minlength=world_size)
         if (drawn != want).any():
             rank = _evened(rank, self.sizes, drawn, want)
-        return _by_rank_largest_first(rank, self.sizes)[_snake_gather(np.cumsum(want) - want, n)]
+        grouped, at = _by_rank_largest_first(rank, self.sizes), _snake_gather(np.cumsum(want) - want, n)
+        order = np.empty(n, _index_type(n))
+        for lo in range(0, n, _BLOCK):  # gathered a block at a time, so no int64 array of the epoch's size is made
+            order[lo:lo + _BLOCK] = grouped[at[lo:lo + _BLOCK]]
+        return order
 
 
 def _by_rank_largest_first(rank: np.ndarray, sizes: np.ndarray) -> np.ndarray:
@@ -484,9 +532,13 @@ def _by_rank_largest_first(rank: np.ndarray, sizes: np.ndarray) -> np.ndarray:
     slot_bits, size_bits = (n - 1).bit_length(), largest.bit_length()
     if slot_bits + size_bits + int(rank.max()).bit_length() > 63:  # files of many GB among many slots
         return np.lexsort((-sizes, rank))
-    keys = rank.astype(np.int64) << (size_bits + slot_bits)
-    keys |= (largest - sizes) << slot_bits
-    keys |= np.arange(n)
+    keys = np.empty(n, np.int64)
+    for lo in range(0, n, _BLOCK):  # a block at a time: no temporary of the epoch's size
+        block, hi = keys[lo:lo + _BLOCK], min(n, lo + _BLOCK)
+        block[:] = rank[lo:hi]
+        block <<= size_bits + slot_bits
+        block |= (largest - sizes[lo:hi]) << slot_bits
+        block |= np.arange(lo, hi)
     keys.sort()
     keys &= (1 << slot_bits) - 1
     return keys
@@ -505,7 +557,8 @@ def _snake_gather(starts: np.ndarray, n: int) -> np.ndarray:
     lane = np.where(column < parts, column, 2 * parts - 1 - column)
     first = starts[lane] + (column >= parts)
     rounds = -(-n // (2 * parts))
-    return (2 * np.arange(rounds, dtype=np.int64)[:, None] + first[None, :]).ravel()[:n]
+    index = _index_type(2 * rounds * parts)  # half the bytes of the epoch's largest gather
+    return (2 * np.arange(rounds, dtype=index)[:, None] + first[None, :].astype(index)).ravel()[:n]
 
 
 def _evened(rank: np.ndarray, sizes: np.ndarray, drawn: np.ndarray, want: np.ndarray) -> np.ndarray:
@@ -517,9 +570,8 @@ def _evened(rank: np.ndarray, sizes: np.ndarray, drawn: np.ndarray, want: np.nda
     round the short ranks in proportion to what each lacks, so each rank's
     bytes stay near its share of the bytes.
     """
-    by_rank = np.argsort(rank, kind="stable")
-    starts = np.concatenate([[0], np.cumsum(drawn)[:-1]])
-    moved = np.concatenate([by_rank[starts[r] + (np.arange(drawn[r] - want[r]) * drawn[r]) // (drawn[r] - want[r])]
+    # Each such rank's slots found by a pass of their own: no sort of every slot by rank.
+    moved = np.concatenate([np.flatnonzero(rank == r)[np.arange(drawn[r] - want[r]) * drawn[r] // (drawn[r] - want[r])]
                             for r in np.flatnonzero(drawn > want)])
     moved = moved[np.argsort(-sizes[moved], kind="stable")]
     lack = np.maximum(want - drawn, 0)
