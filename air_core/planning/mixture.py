@@ -513,10 +513,10 @@ class Epoch:
         drawn = np.bincount(rank, minlength=world_size)
         if (drawn != want).any():
             rank = _evened(rank, self.sizes, drawn, want)
-        grouped, at = _by_rank_largest_first(rank, self.sizes), _snake_gather(np.cumsum(want) - want, n)
+        grouped, starts = _by_rank_largest_first(rank, self.sizes), np.cumsum(want) - want
         order = np.empty(n, _index_type(n))
-        for lo in range(0, n, _BLOCK):  # gathered a block at a time, so no int64 array of the epoch's size is made
-            order[lo:lo + _BLOCK] = grouped[at[lo:lo + _BLOCK]]
+        for lo in range(0, n, _BLOCK):  # a block at a time: no other array of the epoch's size is made
+            order[lo:lo + _BLOCK] = grouped[_snake_gather(starts, lo, min(n, lo + _BLOCK))]
         return order
 
 
@@ -544,21 +544,21 @@ def _by_rank_largest_first(rank: np.ndarray, sizes: np.ndarray) -> np.ndarray:
     return keys
 
 
-def _snake_gather(starts: np.ndarray, n: int) -> np.ndarray:
-    """For each of n positions of the snake deal over len(starts) ranks, where its slot lies among slots grouped
-    rank by rank (rank r's from `starts[r]`, in the order r takes them).
+def _snake_gather(starts: np.ndarray, lo: int, hi: int) -> np.ndarray:
+    """For each of the positions [lo, hi) of the snake deal over len(starts) ranks, where its slot lies among
+    slots grouped rank by rank (rank r's from `starts[r]`, in the order r takes them).
 
     Round k of the snake (positions 2Rk .. 2Rk + 2R - 1) gives rank q its
     (2k)-th slot at column q and rank 2R-1-q its (2k+1)-th at column q >= R:
     one table of rounds × columns, no sort.
     """
-    parts = len(starts)
-    column = np.arange(2 * parts)
-    lane = np.where(column < parts, column, 2 * parts - 1 - column)
-    first = starts[lane] + (column >= parts)
-    rounds = -(-n // (2 * parts))
-    index = _index_type(2 * rounds * parts)  # half the bytes of the epoch's largest gather
-    return (2 * np.arange(rounds, dtype=index)[:, None] + first[None, :].astype(index)).ravel()[:n]
+    period = 2 * len(starts)
+    column = np.arange(period)
+    lane = np.where(column < len(starts), column, period - 1 - column)
+    first = starts[lane] + (column >= len(starts))
+    skipped = lo // period  # the rounds before the block's
+    rounds = np.arange(skipped, -(-hi // period), dtype=np.int64)
+    return (2 * rounds[:, None] + first[None, :]).ravel()[lo - skipped * period:hi - skipped * period]
 
 
 def _evened(rank: np.ndarray, sizes: np.ndarray, drawn: np.ndarray, want: np.ndarray) -> np.ndarray:
