@@ -468,7 +468,7 @@ class Epoch:
             if values is None:
                 np.add(c, self.offsets[i], out=into)
             else:
-                np.take(values[i], c, out=into)
+                np.take(values[i], c, out=into, mode="clip")  # "raise" would copy through a buffer of its own
             start += len(c)
         return picked[self.mixture.interleave]
 
@@ -513,35 +513,40 @@ class Epoch:
         drawn = np.bincount(rank, minlength=world_size)
         if (drawn != want).any():
             rank = _evened(rank, self.sizes, drawn, want)
-        grouped, starts = _by_rank_largest_first(rank, self.sizes), np.cumsum(want) - want
+        grouped, starts = _by_rank_largest_first(rank, self.sizes, world_size), np.cumsum(want) - want
         order = np.empty(n, _index_type(n))
         for lo in range(0, n, _BLOCK):  # a block at a time: no other array of the epoch's size is made
             order[lo:lo + _BLOCK] = grouped[_snake_gather(starts, lo, min(n, lo + _BLOCK))]
         return order
 
 
-def _by_rank_largest_first(rank: np.ndarray, sizes: np.ndarray) -> np.ndarray:
-    """The slots rank by rank, each rank's largest first, ties by slot.
+def _by_rank_largest_first(rank: np.ndarray, sizes: np.ndarray, ranks: int) -> np.ndarray:
+    """The slots rank by rank, each rank's largest first, ties by slot (as 32-bit numbers where they fit).
 
-    (rank, size, slot) packed in one int64 and sorted as plain values: one
-    sort, no gathers of sizes rank by rank (at 10**7 slots a gather costs as
-    much as a sort).
+    A rank at a time: its slots found in a pass, in ascending order, so its
+    sizes' gather runs forward; (size, slot) packed in one int64 and sorted
+    as plain values. Only one rank's keys are ever in memory: an eighth of
+    the epoch's over 8 ranks, not an int64 array of every slot.
     """
     n = len(sizes)
     largest = int(sizes.max())
-    slot_bits, size_bits = (n - 1).bit_length(), largest.bit_length()
-    if slot_bits + size_bits + int(rank.max()).bit_length() > 63:  # files of many GB among many slots
-        return np.lexsort((-sizes, rank))
-    keys = np.empty(n, np.int64)
-    for lo in range(0, n, _BLOCK):  # a block at a time: no temporary of the epoch's size
-        block, hi = keys[lo:lo + _BLOCK], min(n, lo + _BLOCK)
-        block[:] = rank[lo:hi]
-        block <<= size_bits + slot_bits
-        block |= (largest - sizes[lo:hi]) << slot_bits
-        block |= np.arange(lo, hi)
-    keys.sort()
-    keys &= (1 << slot_bits) - 1
-    return keys
+    slot_bits = (n - 1).bit_length()
+    packed = slot_bits + largest.bit_length() <= 63  # else files of many GB among many slots
+    out = np.empty(n, _index_type(n))
+    at = 0
+    for r in range(ranks):
+        slots = np.flatnonzero(rank == r)
+        if packed:
+            keys = largest - sizes[slots]
+            keys <<= slot_bits
+            keys |= slots
+            keys.sort()
+            keys &= (1 << slot_bits) - 1
+        else:
+            keys = slots[np.argsort(largest - sizes[slots], kind="stable")]
+        out[at:at + len(slots)] = keys
+        at += len(slots)
+    return out
 
 
 def _snake_gather(starts: np.ndarray, lo: int, hi: int) -> np.ndarray:
