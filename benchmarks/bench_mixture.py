@@ -5,8 +5,9 @@
    an epoch of N items (the first source repeated and sampled, the second
    read whole, the third half drawn), planned for one stream of an 8 x 6 grid,
    shuffled, `equalize="pad"`, through `MixtureReader.plan` as a stream calls
-   it: its first epoch and the next. Beside it, one folder of N items planned
-   for the same stream. Target: <= 2 s for N = 10**7.
+   it: its first epoch and the next, and the process's peak RSS before and
+   after them. Beside it, one folder of N items planned for the same stream.
+   Target: <= 2 s for N = 10**7.
 2. Reading, under the emulated volume (`common.measure`): three folders of
    small files (2-32 KiB) under one parent, read as a mixture whose epoch
    holds exactly their union (`repeat=1` each) and as one `FileStream` over
@@ -34,7 +35,7 @@ from common import VOLUME, emit, measure
 SOURCES = (("chat", 0.5), ("code", 0.3), ("safety", 0.2))  # each folder's part of the files
 
 PLAN = r"""
-import json, sys, time
+import json, resource, sys, time
 import numpy as np
 from air_core.grid import Grid
 from air_core.mixed_source import MixtureReader
@@ -59,10 +60,12 @@ def timed(f):
 
 # What a MixedSource plans with, made from its listings' sizes and orders (here synthetic, no listing on disk).
 reader = MixtureReader(mixture.Mixture(sizes, counts, by_size=by_size))
-out = {"system": "mixture.plan", "items": n, "sources": parts, "counts": counts, "grid": "8x6"}
+out = {"system": "mixture.plan", "items": n, "sources": parts, "counts": counts, "grid": "8x6",
+       "inputs_peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024}
 for epoch in (0, 1):
     items, out[f"plan_epoch{epoch}_s"], out[f"plan_epoch{epoch}_cpu_s"] = timed(
         lambda: reader.plan(grid, None, planning, epoch=epoch))
+out["plan_peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024  # both epochs planned
 out["stream_items"] = len(items)
 whole = np.concatenate(sizes)
 folder_order = largest_first(whole)

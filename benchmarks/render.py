@@ -670,6 +670,29 @@ STALLS_NOTES = [
 ]
 
 
+MIXTURE_NOTES = [
+    "## Mixtures: planning an epoch of 10^7 slots",
+    "",
+    "- `bench_mixture.py` plans one stream of an 8 x 6 grid in a fresh process, its first epoch and then",
+    "  the next. The second epoch is the planner's own work (0.92-0.94 s of CPU in the two recorded runs",
+    "  of this code). The first also pays for the process's first touches of the memory it plans in,",
+    "  which on this VM cost up to ~5 ms of system time per MB (a probe: 0.78 s for the 160 MB of one",
+    "  step): 2.07 and 2.37 s for the first epoch in those two runs, 1.98 and 2.25 s of it CPU. With",
+    "  numpy's huge pages turned off for the process (`_set_madvise_hugepage(False)`, not the library's",
+    "  call) the first epoch of 9f2bd84's planner, keeping one epoch, took 1.3-1.4 s against 2.3-3.2 s.",
+    "  So the planner's peak memory is its first epoch's time here: `plan_peak_rss_mb` (498 MB) against",
+    "  `inputs_peak_rss_mb` (215 MB), the process before planning (its synthetic listings).",
+    "- The planner keeps one epoch (the last asked), built with temporaries of a few MB: a source's",
+    "  picks in 32 bits, the slots' interleave in closed form (each pick's slot counted in whole",
+    "  numbers, one scatter, no sort), each rank's slots sorted on their own for the deal order. With",
+    "  9f2bd84's planner, which kept two epochs and built int64 arrays of the epoch's size for each",
+    "  step, the same probe (`PLAN` of this script, runs in turns 5 s apart) took 3.32-3.59 s for the",
+    "  first epoch and 1.80-2.17 s for the second, at 970 MB peak RSS; this one 1.00-1.46 s and",
+    "  0.86-0.94 s at 511 MB, with the same plans (18,579 plans of 150 random mixtures compared).",
+    "",
+]
+
+
 SCALE_NOTES = [
     "## Scale: 10^5 to 10^7 files",
     "",
@@ -879,6 +902,8 @@ def render(results: Path, md: Path, png: Path) -> None:
         lines += ["", *lines_section(data["lines"][1])]
     if "webdataset" in data:
         lines += ["", *webdataset_section(data["webdataset"][1])]
+    if "mixture" in data:
+        lines += ["", *MIXTURE_NOTES]
     if "scale" in data:
         lines += ["", *SCALE_NOTES, "", *scale_table(data["scale"][1]), "", "![scale](scale.png)"]
         scale_plot(data["scale"][1], png.with_name("scale.png"))
