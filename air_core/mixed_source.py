@@ -31,7 +31,8 @@ from .planning import shares as plan_mod
 from .io.files import (DEFAULT_FETCH_THREADS, DEFAULT_PREFETCH, DEFAULT_PREFETCH_BYTES, ROWS_AT_ONCE, CachedFile,
                        Columns, OnError, Row, Skipped, chunked, read_columns, read_rows)
 from .read.files import FilesReader
-from .read.reader import FileRowsPart, FileRowsReader
+from .manifest import Manifest
+from .read.reader import FileRowsReader, Part
 from .source import Source, resolve_source
 
 # What a source of a mixture may say besides its weight: the selection of its folder's files.
@@ -340,35 +341,58 @@ class MixtureReader(FileRowsReader):
         return paths, names
 
     def part(self, pieces: Sequence[int], planning: plan_mod.Planning, *, epoch: int) -> MixedFilesPart:
-        """The files `pieces` (places in the mixture's listing) packed to be read in another process."""
+        """The files `pieces` (places in the mixture's listing) packed to be read in another process: each
+        source's share of them as arrays (`Manifest.subset`), no row made per file."""
         items = np.asarray(pieces, dtype=np.int64)
-        listing: list[Any] = [None] * len(items)
-        which = [0] * len(items)
+        sources = self.source.sources
+        which = np.empty(len(items), np.min_scalar_type(len(sources)))
+        listings = [src.manifest.subset([]) for src in sources]
         for s, at, local in self.source.locate(items):
-            for k, row in zip(at.tolist(), self.source.sources[s].manifest.rows(local)):
-                listing[k], which[k] = row, s
-        roots = [(src.manifest.root, src.local) for src in self.source.sources]
-        return MixedFilesPart(roots, listing, which, list(pieces))
+            which[at] = s
+            listings[s] = sources[s].manifest.subset(local)
+        roots = [(src.manifest.root, src.local) for src in sources]
+        return MixedFilesPart(roots, listings, which, list(pieces))
 
 
 @dataclass(frozen=True)
-class MixedFilesPart(FileRowsPart):
-    """Files of a mixture to read elsewhere: their rows of their sources' listings, and where each source's
-    folder lies on the machine that listed it (a Ray worker may not share the driver's `AIR_VOLUMES_ROOT`)."""
+class MixedFilesPart(Part):
+    """Files of a mixture to read elsewhere: each source's share of them (its listing's arrays, in the part's
+    order), which source each file comes from, and where each source's folder lies on the machine that listed
+    it (a Ray worker may not share the driver's `AIR_VOLUMES_ROOT`)."""
 
     roots: list[tuple[str, str]]
-    listing: list[tuple[str, int, int]]
-    which: list[int]
+    listings: list[Manifest]
+    which: np.ndarray
     files: list[int]
 
     @property
+    def rows(self) -> int:
+        return len(self.files)
+
+    @property
+    def nbytes(self) -> int:
+        return sum(int(m.sizes.sum()) for m in self.listings)
+
+    @property
+    def largest(self) -> int:
+        return max(int(m.sizes.max(initial=0)) for m in self.listings)
+
+    @property
     def input_files(self) -> list[str]:
-        return [f"{self.roots[s][0]}/{r[0]}" for s, r in zip(self.which, self.listing)]
+        out = np.empty(len(self.files), object)  # each source's paths put in place in one step, not file by file
+        for s, m in enumerate(self.listings):
+            out[self.which == s] = list(map(f"{self.roots[s][0]}/".__add__, m.paths.tolist()))
+        return out.tolist()
 
     def read(self, cache: Cache, *, fetch_threads: int = DEFAULT_FETCH_THREADS, prefetch: int = DEFAULT_PREFETCH,
              prefetch_bytes: int = DEFAULT_PREFETCH_BYTES, on_error: OnError = "raise",
              columns: Sequence[str] | None = None) -> Iterator[CachedFile | Skipped]:
-        rows = [(i, f"{self.roots[s][0]}/{path}", f"{self.roots[s][1]}/{path}", size, mtime)
-                for i, s, (path, size, mtime) in zip(self.files, self.which, self.listing)]
-        return read_rows([rows[k:k + ROWS_AT_ONCE] for k in range(0, len(rows), ROWS_AT_ONCE)], cache, fetch_threads=fetch_threads, prefetch=prefetch, prefetch_bytes=prefetch_bytes,
+        rows: list[Any] = [None] * len(self.files)  # (item, volume path, local path, size, mtime_ns), in order
+        for s, m in enumerate(self.listings):
+            volume_root, local_root = self.roots[s]
+            at = np.flatnonzero(self.which == s).tolist()
+            for k, (path, size, mtime) in zip(at, m.rows(range(len(m)))):
+                rows[k] = (self.files[k], f"{volume_root}/{path}", f"{local_root}/{path}", size, mtime)
+        return read_rows([rows[k:k + ROWS_AT_ONCE] for k in range(0, len(rows), ROWS_AT_ONCE)], cache,
+                         fetch_threads=fetch_threads, prefetch=prefetch, prefetch_bytes=prefetch_bytes,
                          on_error=on_error)

@@ -475,6 +475,20 @@ def test_a_mixtures_read_tasks_read_each_sources_share_per_execution(volume):
     assert len(chat) == 50 and set(chat.values()) == {1}  # 2 x 25 of 50: every file once
 
 
+def test_a_mixtures_read_task_says_what_it_reads_in_order_once_shipped(volume):
+    volume.files("code", 6)
+    sources = mixture(volume) + [{"path": volume.path("code"), "choose": 0}]  # no task draws from it: empty shares
+    source = UCVolumeDatasource(sources=sources, shuffle=FileShuffleConfig(seed=5), include_paths=True,
+                                include_bytes=True)
+    tasks = source.get_read_tasks(3)
+    for task in cloudpickle.loads(cloudpickle.dumps(tasks)):  # as Ray ships them
+        rows = [r for block in task() for r in block.to_pylist()]
+        assert list(task.metadata.input_files) == [r["path"] for r in rows]
+        assert task.metadata.num_rows == len(rows) and all(r["size"] == len(r["bytes"]) for r in rows)
+        assert task.metadata.size_bytes >= sum(len(r["bytes"]) for r in rows)  # the contents counted, with more
+    assert sum(t.metadata.num_rows for t in tasks) == 33
+
+
 def test_a_mixture_of_tables_reads_each_sources_rows_per_execution(volume):
     for f in range(2):
         path = volume.local(f"chat/part-{f}.parquet")
