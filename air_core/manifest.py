@@ -61,27 +61,10 @@ class Paths(SequenceABC):
             out += joined[:-1].tobytes().decode().split("\0")
         return out
 
-    def lengths(self, items: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
-        """The byte lengths of the paths of `items` and of their file names (their last parts), as arrays.
-
-        The names' are found once for every path (see `_name_lengths`): a Ray driver asks for every read
-        task's files, and gathering their bytes again for each took 0.1-0.2 s of `get_read_tasks` at 10^6 files.
-        """
+    def lengths(self, items: Sequence[int]) -> np.ndarray:
+        """The byte lengths of the paths of `items`, as an array (from the offsets: no path is decoded)."""
         items = np.asarray(items, dtype=np.int64)
-        return self._offsets[items + 1] - self._offsets[items] - 1, self._name_lengths[items].astype(np.int64)
-
-    @cached_property
-    def _name_lengths(self) -> np.ndarray:
-        """Every file name's byte length, from one pass over the blob a chunk at a time (int32: 4 bytes a path)."""
-        out = np.empty(len(self), np.int32)
-        for lo in range(0, len(self), _CHUNK):
-            starts, ends = self._offsets[lo:lo + _CHUNK + 1][:-1], self._offsets[lo + 1:lo + _CHUNK + 1] - 1
-            slashes = np.flatnonzero(self._blob[starts[0]:ends[-1]] == ord("/")) + starts[0]
-            before = np.searchsorted(slashes, ends) - 1  # each path's last slash, if it lies in the path
-            last = slashes[np.maximum(before, 0)] if len(slashes) else np.full(len(ends), -1)
-            last = np.where((before >= 0) & (last >= starts), last, starts - 1)
-            out[lo:lo + len(starts)] = ends - last - 1
-        return out
+        return self._offsets[items + 1] - self._offsets[items] - 1
 
     def _joined(self, items: Sequence[int]) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         """(the paths of a chunk of `items`, each followed by its NUL, as bytes; their lengths), chunk by chunk.

@@ -334,11 +334,11 @@ class MixtureReader(FileRowsReader):
     def largest(self) -> int:
         return max(s.reader.largest() for s in self.source.sources)
 
-    def path_lengths(self, files: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
-        paths, names = np.empty(len(files), np.int64), np.empty(len(files), np.int64)
+    def path_lengths(self, files: Sequence[int]) -> np.ndarray:
+        paths = np.empty(len(files), np.int64)
         for s, at, local in self.source.locate(np.asarray(files, dtype=np.int64)):
-            paths[at], names[at] = self.source.sources[s].reader.path_lengths(local)
-        return paths, names
+            paths[at] = self.source.sources[s].reader.path_lengths(local)
+        return paths
 
     def part(self, pieces: Sequence[int], planning: plan_mod.Planning, *, epoch: int) -> MixedFilesPart:
         """The files `pieces` (places in the mixture's listing) packed to be read in another process: each

@@ -382,11 +382,9 @@ class UCVolumeDatasource(Datasource):
 
     def _row_bytes(self, items: Sequence[int]) -> int:
         """Arrow bytes of the rows of files `items` but their contents: their strings and sizes."""
-        paths, names = self._source.reader.path_lengths(np.asarray(items, dtype=np.int64))
-        cache_dir = self._tasks.cache_dir or default_dir()
-        n = len(items) * _ROW_BYTES + int(entry_path_length(cache_dir, names).sum())
+        n = len(items) * (_ROW_BYTES + entry_path_length(self._tasks.cache_dir or default_dir()))
         if self._include_paths:
-            n += int(paths.sum())
+            n += int(self._source.reader.path_lengths(np.asarray(items, dtype=np.int64)).sum())
         return n
 
 

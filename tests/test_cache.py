@@ -241,6 +241,31 @@ def test_a_cut_or_emptied_copy_is_never_served_but_fetched_again(volume):
     assert sorted(f.read_bytes() for f in again) == sorted([cut, emptied]) and again.cache.stats.hits == 2
 
 
+def test_a_cache_laid_out_before_16_folders_keeps_serving_its_copies_after_an_upgrade(volume):
+    import hashlib
+
+    contents = {f"d/{k}.jpg": os.urandom(1_000 + k) for k in range(12)}
+    for rel, data in contents.items():
+        volume.write(rel, data)
+    first = FileStream(volume.path("d"))
+    copies_of = {f.path: Path(f.local_path) for f in first}
+    usage, objects = first.cache.usage(), Path(first.cache.root) / "objects"
+    for path, copy in copies_of.items():  # as versions before kept them: 256 folders, the key then the file's name
+        st = volume.local(path[len(volume.vol) + 1:]).stat()
+        key = hashlib.sha256(f"{path}\0{st.st_size}\0{st.st_mtime_ns}".encode()).hexdigest()[:40]
+        (objects / key[:2]).mkdir(mode=0o700, exist_ok=True)
+        copy.rename(objects / key[:2] / f"{key}-{path.rsplit('/', 1)[1]}")
+    os.truncate(next(objects.glob("??/*-3.jpg")), 10)  # one of them damaged meanwhile
+    assert Cache(first.cache.root).info()["entries"] == 12  # counted (and pruned) where they lie
+    stream = FileStream(volume.path("d"))
+    got = {f.path: f.read_bytes() for f in stream}
+    assert got == {f"{volume.vol}/{rel}": data for rel, data in contents.items()}
+    stats = stream.cache.stats
+    assert (stats.hits, stats.misses, stats.damaged) == (11, 1, 1)  # taken over, not fetched again, but the damaged one
+    assert sorted(p.parent.name for p in copies(stream.cache.root)) == sorted(p.parent.name for p in copies_of.values())
+    assert stream.cache.usage() == usage and not list(objects.glob("??/*"))
+
+
 def test_a_cut_range_entry_is_fetched_again(volume):
     data = os.urandom(20_000)
     src = volume.write("d/shard.parquet", data)

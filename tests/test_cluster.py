@@ -20,6 +20,8 @@ from pathlib import Path
 import pytest
 from conftest import ROOT, free_port
 
+from air_core.io.cache import Cache
+
 pytestmark = pytest.mark.slow  # clusters and torchrun jobs
 
 SCRIPTS = Path(__file__).parent / "scripts"
@@ -64,7 +66,16 @@ def torchrun_nodes(script: Path, nproc: int, args: list[str], node_env: list[dic
 
 
 def cached_names(cache: Path) -> set[str]:
-    return {p.name.split("-", 1)[1] for p in (cache / "objects").glob("*/*") if not p.name.startswith(".")}
+    return {p.name for p in (cache / "objects").glob("*/*") if not p.name.startswith(".")}
+
+
+def entry_names(volume, paths: list[str], tmp_path: Path) -> set[str]:
+    """The names of these volume files' copies in any node's cache (a copy is named for its file's version)."""
+    cache, names = Cache(str(tmp_path / "names")), set()
+    for p in paths:
+        st = volume.local(p[len(volume.vol) + 1:]).stat()
+        names.add(os.path.basename(cache.entry_path(p, st.st_size, st.st_mtime_ns)))
+    return names
 
 
 # -- Ray ---------------------------------------------------------------------------------------------
@@ -155,7 +166,7 @@ def test_torchrun_two_nodes_of_two_ranks_fetch_their_own_shares_once(volume, net
     assert Counter(opens[start:after_first]) == Counter(str(volume.local(p[len(volume.vol) + 1:])) for p in paths)
     assert after_second == after_first  # the second epoch fetched nothing: each rank kept its share
     for k, cache in enumerate(caches):  # each node holds its own ranks' shares, nothing else
-        mine = {p.rsplit("/", 1)[1] for r in ranks if r["node"] == k for p in r["epochs"][0]}
+        mine = entry_names(volume, [p for r in ranks if r["node"] == k for p in r["epochs"][0]], tmp_path)
         assert cached_names(cache) == mine
     # Rank 0 alone listed; node 1, not finding rank 0's listing file, got it from rank 0 and saved its own.
     assert sum(line.startswith("list ") for line in trace.read_text().splitlines()) == 4

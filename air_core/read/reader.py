@@ -205,11 +205,10 @@ class FileRowsReader(Reader):
         """The largest file's size."""
         return int(self.source.manifest.sizes.max())
 
-    def path_lengths(self, files: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
-        """The byte lengths of the volume paths of `files` (listing positions) and of their file names."""
+    def path_lengths(self, files: Sequence[int]) -> np.ndarray:
+        """The byte lengths of the volume paths of `files` (listing positions)."""
         m = self.source.manifest
-        paths, names = m.paths.lengths(files)
-        return paths + (len(m.root) + 1), names
+        return m.paths.lengths(files) + (len(m.root) + 1)
 
 
 class TableReader(Reader):

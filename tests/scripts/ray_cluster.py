@@ -32,6 +32,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 import air_ray
 from air_core.io import volume
+from air_core.io.cache import Cache
 
 VOLUME_PATH, WORKDIR, CONSUMERS = sys.argv[1], sys.argv[2], sys.argv[3].split(",")
 ENTRY = sys.argv[4] if len(sys.argv) > 4 else "read_uc_volume"
@@ -52,6 +53,12 @@ def start_in_own_disk(command, process_type, *args, env_updates=None, **kwargs):
 def opens() -> int:
     with open(os.environ["NETVOL_TRACE"]) as f:
         return sum(line.startswith("open ") for line in f)
+
+
+def entry_name(path: str) -> str:
+    """The name of this volume file's copy in any node's cache (a copy is named for its file's version)."""
+    st = os.stat(volume.parse(path).local)
+    return os.path.basename(Cache(os.path.join(WORKDIR, "names")).entry_path(path, st.st_size, st.st_mtime_ns))
 
 
 def truth(path: str) -> str:
@@ -92,7 +99,7 @@ class RemoteConsumer(Consumer):
 @ray.remote(num_cpus=0)
 def cached_names() -> list[str]:
     objects = os.path.join(os.environ["AIR_CACHE_DIR"], "objects")
-    return sorted(name.split("-", 1)[1] for sub in os.listdir(objects) for name in os.listdir(f"{objects}/{sub}")
+    return sorted(name for sub in os.listdir(objects) for name in os.listdir(f"{objects}/{sub}")
                   if not name.startswith("."))
 
 
@@ -120,7 +127,7 @@ def main() -> None:
 
     def shares_of(nodes):
         parts = air_ray.UCVolumeDatasource(VOLUME_PATH).by_node({n: 1.0 for n in nodes})
-        return {n: sorted(p.rsplit("/", 1)[1] for t in parts[n].get_read_tasks(1) for p in t.metadata.input_files)
+        return {n: sorted(entry_name(p) for t in parts[n].get_read_tasks(1) for p in t.metadata.input_files)
                 for n in parts}, parts
 
     ds = make()
