@@ -18,9 +18,11 @@ process, then one with the ratios.
 
 Last, where a warm item's time goes, in one process (no DataLoader): each
 step of our lookup alone and each layer above it, beside the reference's own
-pass, µs an item, the least of many passes; then each loader's own CPU time
-per warm item through its DataLoader, nothing read, in its workers and in the
-main process (`--breakdown`: those two alone).
+pass, µs an item, the least of many passes; each loader's pass as DataLoader
+worker 0 of 6 with each copy read as it comes (its own time alone: the reads
+leave a worker's caches cold, as in a real one); then each loader's own CPU
+time per warm item through its DataLoader, nothing read, in its workers and
+in the main process (`--breakdown`: those two alone).
 
 `--twins` runs each loader against a second loader of its own kind instead
 (6 workers, a cache each, the same one filled first in every process): the
@@ -230,8 +232,53 @@ steps = {
     "batch of 32 collated and pickled across, untagged": plain_batches,
     "the same with the resume position tagged on": tagged_batches,
 }
+
+
+# In a DataLoader worker each copy's read pushes what the pass touched out of the CPU's caches, so a pass's own
+# steps cost more there than in the loops above, and a layout's share shows only there (the stat of a copy in 256
+# folders under names of 54 characters cost ~0.7 us more than in 16 under 31, before the reads added nothing).
+# So: each loader's pass as DataLoader worker 0 of 6, each copy read as it comes, its own time alone.
+import statistics
+import torch.utils.data
+
+
+class Worker0:  # what get_worker_info says in the first of 6 DataLoader workers
+    id, num_workers = 0, 6
+
+
+def as_worker_0(dataset, passes):  # seconds an item of each pass, made as worker 0 of 6
+    real, torch.utils.data.get_worker_info = torch.utils.data.get_worker_info, lambda: Worker0
+    try:
+        return [reading(dataset) for _ in range(passes)]
+    finally:
+        torch.utils.data.get_worker_info = real
+
+
+def reading(dataset):  # seconds an item in the pass itself, each path's copy read (untimed) as it comes
+    spent, n, it, clock = 0.0, 0, iter(dataset), time.perf_counter
+    while True:
+        t = clock()
+        path = next(it, None)
+        spent += clock() - t
+        if path is None:
+            return spent / n
+        with open(path, "rb") as f:
+            f.read()
+        n += 1
+
+
+worker_ours, worker_ref = UCVolumeDataset(nested), Reference(flat)
+worker_ref._fs_layer = ref._fs_layer  # the reference's cache is its layer's: share the one filled above
+cold = {"UCVolumeDataset": [], "reference UCVolumeDataset": []}
+for dataset in (worker_ours, worker_ref):
+    as_worker_0(dataset, 1)  # its worker's plan made
+for _ in range(4):  # in turns, each first as often
+    for name, dataset in (("UCVolumeDataset", worker_ours), ("reference UCVolumeDataset", worker_ref))[::(-1) ** _]:
+        cold[name] += as_worker_0(dataset, 10)
+steps_read = {f"{name} pass of DataLoader worker 0 of 6, each copy read as it comes (median of 40 passes)":
+              round(statistics.median(v) * 1e6, 2) for name, v in cold.items()}
 print(json.dumps({"system": "warm item breakdown, us an item (least of 41 passes, one process)",
-                  "files": len(items), **per_item(steps)}))
+                  "files": len(items), **per_item(steps), **steps_read}))
 """
 
 
