@@ -98,7 +98,7 @@ _RECHECK_BYTES = 64 << 20
 _ATIME_REFRESH_NS = 60 * 10**9
 # A whole file's entry is named by the hash of its key: the first hex digit is its folder (one of 16), the next
 # 31 its name. A name that short is kept inside the kernel's directory entry (32 bytes before Linux 6.14, 40
-# since), and 16 folders stay in the CPU's caches: a warm `stat` of a copy cost ~0.7 us less than under 256
+# since), and 16 folders stay in the CPU's caches: a warm `stat` of a copy cost 0.5-0.7 us less than under 256
 # folders of names of 54 characters (the layout before, measured in a DataLoader worker's pass, each copy read
 # between).
 _SHARDS, _NAME_CHARS = 16, 31
