@@ -5,6 +5,7 @@ DOOR: stream | hf | ray | torch. Output: {"names": [file names, in the order rea
 """
 
 import json
+import os
 import sys
 
 door, path, out, on_error = sys.argv[1:5]
@@ -31,12 +32,15 @@ try:
         ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
         got = [row["path"] for row in read_uc_volume(path, include_bytes=True, on_error=on_error).iter_rows()]
     elif door == "torch":
+        from air_core.io.cache import Cache
         from air_core.torch import DataLoader, UCVolumeDataset
 
-        loader = DataLoader(UCVolumeDataset(path, on_error=on_error), batch_size=8, num_workers=2,
-                            persistent_workers=False, collate_fn=list)
-        # UCVolumeDataset yields the cached copies, named <key>-<file name>
-        got = [p.rsplit("/", 1)[1].split("-", 1)[1] for batch in loader for p in batch]
+        dataset = UCVolumeDataset(path, on_error=on_error)
+        loader = DataLoader(dataset, batch_size=8, num_workers=2, persistent_workers=False, collate_fn=list)
+        # UCVolumeDataset yields the cached copies, each named for its file's version (path, size, mtime)
+        m, cache = dataset.manifest, Cache()
+        files = {os.path.basename(cache.entry_path(*row)): row[0] for row in m.volume_rows(range(len(m)))}
+        got = [files[os.path.basename(p)] for batch in loader for p in batch]
 except Exception as e:  # the message a user would see
     error = f"{type(e).__name__}: {e}"
 with open(out, "w") as f:
