@@ -249,7 +249,7 @@ steps = {
 
 # In a DataLoader worker each copy's read pushes what the pass touched out of the CPU's caches, so a pass's own
 # steps cost more there than in the loops above, and a layout's share shows only there (the stat of a copy in 256
-# folders under names of 54 characters cost ~0.7 us more than in 16 under 31, before the reads added nothing).
+# folders under names of 54 characters cost 0.5-0.7 us more than in 16 under 31 there; in the loops above, no more).
 # So: each loader's pass as DataLoader worker 0 of 6, each copy read as it comes, its own time alone.
 import statistics
 import torch.utils.data
@@ -285,8 +285,8 @@ worker_ref._fs_layer = ref._fs_layer  # the reference's cache is its layer's: sh
 cold = {"UCVolumeDataset": [], "reference UCVolumeDataset": []}
 for dataset in (worker_ours, worker_ref):
     as_worker_0(dataset, 1)  # its worker's plan made
-for _ in range(4):  # in turns, each first as often
-    for name, dataset in (("UCVolumeDataset", worker_ours), ("reference UCVolumeDataset", worker_ref))[::(-1) ** _]:
+for k in range(4):  # in turns, each first as often
+    for name, dataset in (("UCVolumeDataset", worker_ours), ("reference UCVolumeDataset", worker_ref))[::(-1) ** k]:
         cold[name] += as_worker_0(dataset, 10)
 steps_read = {f"{name} pass of DataLoader worker 0 of 6, each copy read as it comes (median of 40 passes)":
               round(statistics.median(v) * 1e6, 2) for name, v in cold.items()}
