@@ -12,7 +12,9 @@ between nodes once more, but never come from the volume again.
 An owner that is gone, or that yields no block within `OWNER_WAIT_S`
 (busy), never blocks the job: the task reads the part where it runs,
 skipping the rows the owner had already sent, so every row is delivered
-once.
+once. The owner's read is then cancelled: one still queued never runs, and
+one running stops at its next block, so it holds none of the owner's
+`READS_PER_OWNER` slots for a part read elsewhere.
 """
 
 from __future__ import annotations
@@ -59,8 +61,8 @@ def owned(read_fn: ReadFn, owner: str, reader: ActorHandle) -> ReadFn:
             yield from read_fn()
             return
         sent = 0
+        stream = reader.read.options(num_returns="streaming").remote(read_fn)
         try:
-            stream = reader.read.options(num_returns="streaming").remote(read_fn)
             while True:
                 ready, _ = ray.wait([stream], timeout=OWNER_WAIT_S)
                 if not ready:
@@ -75,6 +77,7 @@ def owned(read_fn: ReadFn, owner: str, reader: ActorHandle) -> ReadFn:
         except RayTaskError as e:  # the read itself failed there: it would fail here too
             raise e.as_instanceof_cause() from None
         except RayError:  # the owner is gone or busy: read here what it had not sent
+            ray.cancel(stream)
             yield from _after(read_fn(), sent)
 
     return read_on_owner

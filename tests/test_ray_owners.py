@@ -27,6 +27,33 @@ def _blocks(fail_in_actor_after: int | None = None, sleep_in_actor: float = 0.0)
     return read
 
 
+def _slow_on_the_owner(every_s: float):
+    """A read function of 50 one-row blocks; in an actor, each block comes `every_s` seconds after the last."""
+    import ray
+
+    def read():
+        in_actor = ray.get_runtime_context().get_actor_id() is not None
+        for k in range(50):
+            if in_actor:
+                time.sleep(every_s)
+            yield pa.table({"id": [k]})
+
+    return read
+
+
+def _on_the_owner_only():
+    """A read function of 5 blocks of 10 rows, read in an actor only: a task that reads it where it runs fails."""
+    import ray
+
+    def read():
+        if ray.get_runtime_context().get_actor_id() is None:
+            raise AssertionError("read by the task, not by the owner: the owner had no free slot")
+        for k in range(5):
+            yield pa.table({"id": list(range(10 * k, 10 * k + 10))})
+
+    return read
+
+
 def _ids(tables) -> list[int]:
     return [i for t in tables for i in t.column("id").to_pylist()]
 
@@ -59,6 +86,20 @@ def test_a_busy_owner_does_not_hold_the_task(ray_cluster, monkeypatch):
     began = time.monotonic()
     assert _ids(owners.owned(_blocks(sleep_in_actor=30), "another-node", reader)()) == list(range(50))
     assert time.monotonic() - began < 10
+    ray_cluster.kill(reader)
+
+
+def test_a_part_read_elsewhere_frees_the_owners_slot(ray_cluster, monkeypatch):
+    from air_ray import owners
+
+    reader = owners.NodeReader.options(max_concurrency=1).remote()  # one slot
+    monkeypatch.setattr(owners, "OWNER_WAIT_S", 0.5)
+    # A block a second: too slow, so the task reads the part itself; the owner's read, 50 s long, is cancelled.
+    assert _ids(owners.owned(_slow_on_the_owner(every_s=1.0), "another-node", reader)()) == list(range(50))
+    monkeypatch.setattr(owners, "OWNER_WAIT_S", 30.0)
+    # The slot is free again within a block: the next part is read by the owner (were it still held, the
+    # owner would send nothing for 30 s and the task would read the part itself).
+    assert _ids(owners.owned(_on_the_owner_only(), "another-node", reader)()) == list(range(50))
     ray_cluster.kill(reader)
 
 
