@@ -10,11 +10,12 @@ gives a path that is valid where it is called.
 
 from __future__ import annotations
 
+import errno
 import functools
 import os
 from typing import Any, Mapping
 
-from air_core.doors import Cache, FetchError, OptionError, volume
+from air_core.doors import Cache, FetchError, OptionError, default_dir, transport, volume
 
 
 def local_path(row: Mapping[str, Any], *, cache_dir: str | None = None) -> str:
@@ -22,7 +23,10 @@ def local_path(row: Mapping[str, Any], *, cache_dir: str | None = None) -> str:
 
     The row's own `local_path` when this node holds that copy (always on a
     single machine: one `exists` check); else this node's cached copy of the
-    same version of the file, fetched from the volume the first time.
+    same version of the file, fetched from the volume the first time, over
+    FUSE or the Files API as this process reaches volumes
+    (`air_core.doors.transport`). Past a full cache, the volume's file itself
+    over FUSE.
 
     Args:
         row: a row of `read_uc_volume(..., mode="files")` with its `path`
@@ -31,7 +35,9 @@ def local_path(row: Mapping[str, Any], *, cache_dir: str | None = None) -> str:
 
     Raises:
         OptionError: the row has no `path` column.
-        FetchError: the file changed on the volume since the row was read.
+        FetchError: the file changed on the volume since the row was read; or,
+            over the Files API, this node's cache is full, and no local file
+            holds the volume's file.
     """
     copy = row["local_path"]
     if os.path.exists(copy):
@@ -40,15 +46,24 @@ def local_path(row: Mapping[str, Any], *, cache_dir: str | None = None) -> str:
     if path is None:
         raise OptionError("local_path(row) needs the row's `path` column: read with include_paths=True")
     source = volume.parse(path).local
-    st = os.stat(source)
-    cache = _cache(cache_dir)
+    size, mtime_ns = transport.stat(source)
+    remote = transport.remote()
+    cache = _cache(cache_dir or default_dir(), remote)
     # A copy's name is its version's key (path, size, mtime) whichever node made it: compare names.
-    if os.path.basename(cache.entry_path(path, st.st_size, st.st_mtime_ns)) != os.path.basename(copy):
+    if os.path.basename(cache.entry_path(path, size, mtime_ns)) != os.path.basename(copy):
         raise FetchError(0, f"{path} changed on the volume since its row was read: read the dataset again")
-    return cache.get(source, path, st.st_size, st.st_mtime_ns) or source  # a full cache: the volume file
+    got = cache.get(source, path, size, mtime_ns)
+    if got is not None:
+        return got
+    if remote is None:
+        return source  # a full cache: the volume's file, on the mount
+    raise FetchError(errno.ENOSPC, f"{path}: the node cache {cache.root} is full, and over the Files API no local "
+                                   "file holds the volume's file: free room there (air-data cache prune), or use "
+                                   "the row's `bytes`")
 
 
 @functools.lru_cache(maxsize=4)
-def _cache(cache_dir: str | None) -> Cache:
-    # One handle per process and folder: making one scans the folder.
-    return Cache(cache_dir)
+def _cache(root: str, remote: object) -> Cache:
+    # One handle per process, folder and transport (a handle fetches through the one it was made under):
+    # making one scans the folder.
+    return Cache(root)
