@@ -52,6 +52,9 @@ class RowStream(Stream):
         on_error: "raise" (default), or "skip": a malformed record is left out with a warning, and listed
             in `skipped` and in the state.
         schema, delimiter, sample_by: format options (as `resolve_source`).
+        media, media_dir: records that name media files (as `resolve_source`): each media column holds the local
+            path of its medium's cached copy (a list of them, for a list of paths), fetched ahead of the consumer;
+            with on_error="skip", a record naming a missing medium is left out with a warning.
         delta_table, delta_version: read a Delta table's export at `path` (as `resolve_source`).
         sources: instead of `path`, a mixture of tables of one schema, each
             source a dict with its folder's `path`, optionally its `include`,
@@ -95,6 +98,8 @@ class RowStream(Stream):
         schema: pa.Schema | None = None,
         delimiter: str | None = None,
         sample_by: str | None = None,
+        media: Mapping[str, str] | None = None,
+        media_dir: str | None = None,
         delta_table: str | None = None,
         delta_version: int | None = None,
     ) -> None:
@@ -112,13 +117,14 @@ class RowStream(Stream):
                 raise OptionError("epoch_size= sizes the epochs of a mixture: give sources=[...], or leave it unset")
             self._source = resolve_source(path, mode=mode, include=include, exclude=exclude,  # type: ignore[arg-type]
                                           file_extensions=file_extensions, cache_dir=cache_dir, schema=schema,
-                                          delimiter=delimiter, sample_by=sample_by, delta_table=delta_table,
-                                          delta_version=delta_version)
+                                          delimiter=delimiter, sample_by=sample_by, media=media,
+                                          media_dir=media_dir, delta_table=delta_table, delta_version=delta_version)
         else:
             beside = [name for name, v in (("path", path), ("include", include), ("exclude", exclude),
                                            ("file_extensions", file_extensions), ("schema", schema),
-                                           ("delimiter", delimiter), ("sample_by", sample_by),
-                                           ("delta_table", delta_table), ("delta_version", delta_version))
+                                           ("delimiter", delimiter), ("sample_by", sample_by), ("media", media),
+                                           ("media_dir", media_dir), ("delta_table", delta_table),
+                                           ("delta_version", delta_version))
                       if v is not None] + (["mode"] if mode != "auto" else [])
             if beside:
                 raise OptionError(f"sources= names each table's folder and its selection: give {beside[0]}= in each "

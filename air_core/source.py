@@ -21,7 +21,8 @@ groups, a schema) is kept once per process too (`Source.held`).
 from __future__ import annotations
 
 import os
-from typing import Any, Callable, Literal, Sequence, TypeVar
+import posixpath
+from typing import Any, Callable, Literal, Mapping, Sequence, TypeVar
 
 import numpy as np
 
@@ -29,10 +30,11 @@ from . import dist, options
 from .packs import store as pack_store
 from .io import volume
 from .io.cache import Cache
-from .errors import ManifestMismatchError, OptionError
+from .errors import EmptyVolumeError, ManifestMismatchError, OptionError
 from .io.listing import list_folder
 from .manifest import Manifest
-from .read import FORMATS, Reader, auto_suffixes, reader_class, readers
+from .read import FORMATS, Reader, auto_suffixes, media_paths, reader_class, readers
+from .read.media_paths import FolderMedia, NamedMedia
 
 T = TypeVar("T")
 
@@ -40,7 +42,7 @@ Mode = Literal["auto", "files", "parquet", "pack", "json", "csv", "text", "webda
 MODES = ("auto", "files", "parquet", "pack", "json", "csv", "text", "webdataset")
 Globs = str | Sequence[str] | None
 # Options of one format or another (see each reader's `takes`); None: not given.
-FORMAT_OPTIONS = ("schema", "delimiter", "sample_by")
+FORMAT_OPTIONS = ("schema", "delimiter", "sample_by", "media", "media_dir")
 
 _MEMO_SIZE = 4
 _memo: dict[str, dict[str, Any]] = {}  # by fingerprint: the listing, row groups and schema this process holds
@@ -83,8 +85,14 @@ class Source:
 
     @property
     def reader(self) -> Reader:
-        """The reader of this source's format: how every front door plans and reads it."""
-        return reader_class(self.mode)(self)
+        """The reader of this source's format: how every front door plans and reads it (records that name media:
+        their format's reader, wrapped by `air_core.read.media.MediaReader`)."""
+        reader = reader_class(self.mode)(self)
+        if "media" not in self.options:
+            return reader
+        from .read.media import MediaReader
+
+        return MediaReader(self, reader)  # type: ignore[arg-type]
 
     @property
     def manifest(self) -> Manifest:
@@ -136,6 +144,8 @@ def resolve_source(
     schema: Any = None,
     delimiter: str | None = None,
     sample_by: str | None = None,
+    media: Mapping[str, str] | None = None,
+    media_dir: str | None = None,
 ) -> Source:
     """Resolve what to read: path and selection -> mode -> Delta export -> listing -> row groups.
 
@@ -169,6 +179,19 @@ def resolve_source(
         delimiter: CSV: the field delimiter (default: from the extension, a
             tab for `.tsv`, else a comma).
         sample_by: text: "line" (default), "paragraph" or "document" (a row per file).
+        media: records that name media files: their columns that hold paths
+            (one, or a list) -> each column's kind ("image", "audio", "video"
+            or "file"). The folder's files of a records format (JSON Lines,
+            CSV, Parquet; the one of `mode`, or under "auto" the one its files
+            have) are the records, every other file is a medium and never a
+            row. Under "auto" without it, Hugging Face's folder convention is
+            read as such: `metadata.jsonl`, `metadata.csv` or
+            `metadata.parquet` files (one kind) among others, whose
+            `file_name` / `<x>_file_name` (`file_names` / `<x>_file_names`:
+            several) columns name media, each column named as HF names it.
+        media_dir: the folder the media paths are relative to: a volume path,
+            or a path relative to `path` (such as "images"); inside the same
+            volume. Default: each records file's own folder.
 
     Raises:
         VolumePathError, EmptyVolumeError, OptionError, ParquetError, TableError:
@@ -177,6 +200,11 @@ def resolve_source(
     options.choice("mode", mode, MODES)
     given_options = {k: v for k, v in (("schema", schema), ("delimiter", delimiter), ("sample_by", sample_by))
                      if v is not None}
+    if media is not None:
+        given_options["media"] = NamedMedia.of(media)
+    elif media_dir is not None:
+        raise OptionError("media_dir= is where the media that records name lie: give media= too, naming the "
+                          "columns that hold their paths")
     if path is None:
         if delta_table is None:
             raise OptionError("give a volume folder to read, or delta_table= to read a Delta table")
@@ -220,13 +248,22 @@ def resolve_source(
         raise OptionError(f"mode='pack' but {folder.path} is not a pack (it has no {pack_store.POINTER}): pack its "
                           f"files with `air-data pack SRC {folder.path}` or air_core.pack(), or read them with "
                           "mode='files'")
-    listing = {"include": include, "exclude": exclude, "extensions": _extensions(file_extensions)}
+    listing: dict[str, Any] = {"include": include, "exclude": exclude, "extensions": _extensions(file_extensions)}
     if manifest is None:
         manifest = dist.list_once(lambda: _list(folder, listing), _listings(cache_dir))
     else:
         if manifest.root != folder.path:
             raise OptionError(f"manifest= lists {manifest.root}, not {folder.path}")
         dist.check_same(manifest)
+    if media_dir is not None:
+        given_options["media_dir"] = _media_dir(folder, media_dir)
+    records = _media_records(manifest, mode, given_options)
+    if records is not None:  # records that name media: the records alone are the listing read
+        mode, listing["records"] = records
+        manifest = _records_only(manifest, listing["records"])
+        if not len(manifest):
+            raise EmptyVolumeError(f"{folder.path} holds no {reader_class(mode).label} files of records: media= "
+                                   "reads records (and the media they name); give the folder that holds them")
     return _finish(Source(folder, _mode(manifest, mode), manifest, listing, cache_dir, given, given_options))
 
 
@@ -242,12 +279,79 @@ def _finish(source: Source) -> Source:
 
 
 def _list(path: volume.VolumePath | None, listing: dict) -> Manifest:
-    """What `listing` says to list: a folder's files, or the data files of a Delta table read in place."""
+    """What `listing` says to list: a folder's files (its records alone, where they name media), or the data files
+    of a Delta table read in place."""
     if "table" in listing:
         from .delta.in_place import table_files
 
         return table_files(listing["table"], listing["version"])
-    return list_folder(path, **listing)
+    found = list_folder(path, **{k: v for k, v in listing.items() if k != "records"})
+    return _records_only(found, listing["records"]) if "records" in listing else found
+
+
+def _media_dir(folder: volume.VolumePath, media_dir: str) -> str:
+    """`media_dir=` as a volume path: a volume path, or relative to `folder`; inside `folder`'s volume."""
+    if not isinstance(media_dir, str) or not media_dir:
+        raise OptionError(f"media_dir={media_dir!r}: give the folder the media paths are relative to, a volume path "
+                          "or a path relative to the data folder (such as 'images')")
+    if media_dir.startswith(("/", "dbfs:")):
+        path = volume.parse(media_dir).path
+    else:
+        path = posixpath.normpath(f"{folder.path}/{media_dir}")
+    if path != folder.volume and not path.startswith(folder.volume + "/"):
+        raise OptionError(f"media_dir={media_dir!r} lies outside the volume {folder.volume} of {folder.path}: the "
+                          "media must lie in the records' volume")
+    return path
+
+
+def _media_records(manifest: Manifest, mode: str, format_options: dict[str, Any]) -> tuple[str, tuple[str, ...]] | None:
+    """(the records' mode, the endings of their files' names) where the folder holds records that name media
+    (`media=` given, or under mode="auto" HF's folder convention, whose media spec it adds to `format_options`);
+    None: it does not."""
+    if "media" in format_options:
+        if mode == "auto":
+            found = [m for m in ("parquet", "json", "csv") if _having(manifest, auto_suffixes(m)).any()]
+            if len(found) != 1:
+                kinds = " and ".join(reader_class(m).label for m in found) or "no records"
+                raise OptionError(f"media= reads records that name media, but {manifest.root} holds {kinds} files: "
+                                  "give the records' format with mode='json', 'csv' or 'parquet'")
+            mode = found[0]
+        if mode not in ("parquet", "json", "csv"):
+            raise OptionError(f"media= reads records that name media, in mode 'json', 'csv' or 'parquet' (or "
+                              f"'auto'), not {mode!r}")
+        suffixes = reader_class(mode).suffixes(given=True)
+        return mode, tuple(suffixes or ())
+    if mode != "auto":
+        return None
+    found = {ext: m for ext, m in media_paths.METADATA.items()
+             if _records_only(manifest, (f"/metadata.{ext}",), subset=False).any()}
+    if not found:
+        return None
+    if len(found) > 1:
+        raise OptionError(f"{manifest.root} holds metadata files of {len(found)} kinds "
+                          f"({', '.join(f'metadata.{e}' for e in found)}): a folder dataset has one kind; leave the "
+                          "others out with exclude=")
+    ext, records_mode = next(iter(found.items()))
+    names = (f"/metadata.{ext}",)
+    others = ~_records_only(manifest, names, subset=False)
+    if not (others & ~_having(manifest, auto_suffixes(records_mode))).any():
+        return None  # records alone: a folder of the format, read as it is
+    counts = {kind: int((others & manifest.paths.endswith(exts)).sum()) for kind, exts in media_paths.EXTENSIONS.items()}
+    format_options["media"] = FolderMedia(media_paths.kind_of_files(counts))
+    return records_mode, names
+
+
+def _records_only(manifest: Manifest, endings: tuple[str, ...], *, subset: bool = True) -> Any:
+    """The listing of the files of `manifest` whose names end with one of `endings` (one starting with `/`: the
+    whole name, at any depth), as a listing of its own, with its own fingerprint; `subset=False`: a mask of them."""
+    keep = manifest.paths.endswith(tuple(e.lstrip("/") for e in endings))
+    names = {e[1:].lower() for e in endings if e.startswith("/")}
+    if names:  # not a file that only ends like one (`train_metadata.jsonl`)
+        for i in np.flatnonzero(keep).tolist():
+            keep[i] = manifest.paths[i].rsplit("/", 1)[-1].lower() in names
+    if not subset:
+        return keep
+    return Manifest.from_rows(manifest.root, manifest.rows(np.flatnonzero(keep)))
 
 
 def _pack_source(folder: str, given: str, include: Globs, exclude: Globs, file_extensions: Sequence[str] | None,

@@ -90,6 +90,16 @@ class UCVolumeConfig(datasets.BuilderConfig):
             CSV and text: "skip" leaves out a malformed record with a warning naming it.
         delimiter: CSV mode: the field delimiter (default: a tab for `.tsv`, else a comma).
         sample_by: text mode: "line" (default), "paragraph" or "document" (a row per file).
+        media: records that name media files (JSON Lines, CSV or Parquet records; the folder's
+            other files are the media): their columns that hold paths (one, or a list) -> each
+            one's kind, "image", "audio", "video" (`datasets.Image()`, `Audio()`, `Video()`, read
+            from the medium's copy in the node cache, fetched ahead of the consumer) or "file"
+            (the copy's local path). Under mode "auto" a folder in HF's own layout
+            (`metadata.jsonl`, `.csv` or `.parquet` beside the media, `file_name` columns) is read
+            so without it, each column named as `imagefolder` names it. With `on_error="skip"`,
+            a record naming a missing medium is left out with a warning.
+        media_dir: the folder the media paths are relative to: a volume path, or a path relative
+            to `data_dir` (such as "images"); default: each records file's own folder.
         sources: instead of `data_dir`, a mixture of volume folders: a list of dicts, each
             with a folder's `path`, optionally its `include`, `exclude`, `file_extensions` and
             `mode` (default "auto") or a Delta table's `delta_table` and `delta_version`
@@ -129,6 +139,8 @@ class UCVolumeConfig(datasets.BuilderConfig):
     on_error: str = "raise"
     delimiter: Union[str, None] = None
     sample_by: Union[str, None] = None
+    media: Union[dict, None] = None
+    media_dir: Union[str, None] = None
     sources: Union[list, None] = None
     epoch_size: Union[int, None] = None
 
@@ -183,7 +195,8 @@ def _resolve(config: UCVolumeConfig, features: datasets.Features | None) -> Sour
                           file_extensions=config.file_extensions, delta_table=config.delta_table,
                           delta_version=config.delta_version, cache_dir=config.node_cache_dir,
                           schema=None if features is None else features.arrow_schema,
-                          delimiter=config.delimiter, sample_by=config.sample_by)
+                          delimiter=config.delimiter, sample_by=config.sample_by, media=config.media,
+                          media_dir=config.media_dir)
 
 
 def _features(config: UCVolumeConfig, source: Source | MixedSource | MixedTable) -> datasets.Features:
@@ -300,7 +313,7 @@ class UCVolume(datasets.ArrowBasedBuilder):
             names, kinds = list(self._features), reader.media()
             tables = reader.read_tables(pieces, cache, columns=c.columns, fetch_threads=threads,
                                         planning=c.planning, epoch=epoch, on_error=c.on_error)
-            yield from enumerate(media.table(t.select(names), kinds) for t in tables)
+            yield from enumerate(media.table(t.select(names), kinds, embed=self._embed_media) for t in tables)
             return
         features = self._features
         schema = features.arrow_schema

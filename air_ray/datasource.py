@@ -122,6 +122,18 @@ class UCVolumeDatasource(Datasource):
             the listing).
         delimiter: CSV mode: the field delimiter (default: a tab for `.tsv`, else a comma).
         sample_by: text mode: "line" (default), "paragraph" or "document" (a row per file).
+        media: records that name media files (JSON Lines, CSV or Parquet
+            records; the folder's other files are the media): their columns
+            that hold paths (one, or a list) -> each one's kind ("image",
+            "audio", "video", "file"). Each such column of a row holds the
+            local path of its medium's copy in the cache of the node that ran
+            the read task (a list, for a list of paths), fetched ahead of the
+            rows. Under mode "auto" a folder in HF's layout (`metadata.jsonl`,
+            `.csv` or `.parquet` beside the media, `file_name` columns) is read
+            so without it. With `on_error="skip"`, a record naming a missing
+            medium is left out with a warning.
+        media_dir: the folder the media paths are relative to: a volume path,
+            or a path relative to `path` (default: each records file's own folder).
         sources: instead of `path`, a mixture of volume folders: a list of
             dicts, each with a folder's `path`, optionally its `include`,
             `exclude`, `file_extensions` and `mode` (default "auto") or a
@@ -170,6 +182,8 @@ class UCVolumeDatasource(Datasource):
         schema: pa.Schema | None = None,
         delimiter: str | None = None,
         sample_by: str | None = None,
+        media: Mapping[str, str] | None = None,
+        media_dir: str | None = None,
         sources: Sequence[Mapping[str, Any]] | None = None,
         epoch_size: int | None = None,
         **unknown: Any,
@@ -196,11 +210,13 @@ class UCVolumeDatasource(Datasource):
             self._source = resolve_source(path, mode=mode, include=include, exclude=exclude,
                                           file_extensions=file_extensions, delta_table=delta_table,
                                           delta_version=delta_version, spark=spark, cache_dir=cache_dir,
-                                          schema=schema, delimiter=delimiter, sample_by=sample_by)
+                                          schema=schema, delimiter=delimiter, sample_by=sample_by, media=media,
+                                          media_dir=media_dir)
         else:
             beside = [n for n, v in (("path", path), ("include", include), ("exclude", exclude),
                                      ("file_extensions", file_extensions), ("delta_table", delta_table),
-                                     ("schema", schema), ("delimiter", delimiter), ("sample_by", sample_by))
+                                     ("schema", schema), ("delimiter", delimiter), ("sample_by", sample_by),
+                                     ("media", media), ("media_dir", media_dir))
                       if v is not None]
             if beside or mode not in ("auto", "files"):
                 raise OptionError(f"sources= is a mixture of folders, each named with its selection in its dict: "

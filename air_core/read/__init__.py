@@ -4,7 +4,9 @@
 and reads through it and never asks which format it has. A format is one
 module here, a `FileRowsReader` or `TableReader` subclass, named in
 `FORMATS`. Its module is loaded when its mode is first asked for, so a Ray or
-DataLoader worker that reads one format loads only that one.
+DataLoader worker that reads one format loads only that one. Records that
+name media files (`media=`, or HF's folder convention) are read by their
+format's reader wrapped in `media.MediaReader`, which fetches the media.
 """
 
 from __future__ import annotations

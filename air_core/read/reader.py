@@ -221,6 +221,11 @@ class TableReader(Reader):
         """The rows' schema."""
         raise NotImplementedError
 
+    def counted(self) -> list:
+        """Every unit (a span, a row group, ...) with its rows counted, in listing order: where a unit's rows are
+        known only once read, each is read once, by this process, through the node cache."""
+        raise NotImplementedError
+
     def media(self) -> dict[str, str]:
         """Columns of bytes that are media files -> their kind ("image"): a door with a type of its own for such
         files (HF's `datasets.Image()`) gives them that; as they are, they stay bytes."""

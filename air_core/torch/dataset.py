@@ -109,7 +109,14 @@ class UCVolumeDataset(torch.utils.data.IterableDataset):
         prefetch_bytes: files mode: most bytes fetched ahead of the consumer, per worker.
         on_error: "raise" (default) or "skip": leave out, with a warning, a file that stays
             unreadable through every retry (see `air_core.FileStream`); in rows mode, a
-            malformed record.
+            malformed record, or one that names a missing medium.
+        media: rows mode: records that name media files, their columns that hold paths -> each
+            one's kind ("image", "audio", "video", "file"; see `air_core.resolve_source`): each
+            such column of a row holds the local path of its medium's cached copy (a list, for a
+            list of paths), fetched ahead of the consumer. A folder in Hugging Face's layout
+            (`metadata.jsonl` beside the media) is read so without it.
+        media_dir: rows mode: the folder the media paths are relative to (a volume path, or
+            relative to `path`); default: each records file's own folder.
     """
 
     def __init__(
@@ -133,6 +140,8 @@ class UCVolumeDataset(torch.utils.data.IterableDataset):
         prefetch: int = DEFAULT_PREFETCH,
         prefetch_bytes: int = DEFAULT_PREFETCH_BYTES,
         on_error: OnError = "raise",
+        media: Mapping[str, str] | None = None,
+        media_dir: str | None = None,
     ) -> None:
         super().__init__()
         options.choice("mode", mode, MODES)
@@ -147,9 +156,12 @@ class UCVolumeDataset(torch.utils.data.IterableDataset):
             self._stream = RowStream(
                 path, sources=sources, epoch_size=epoch_size, include=include, exclude=exclude, columns=columns,
                 shuffle=shuffle, seed=seed, equalize=equalize, cache_dir=cache_dir, cache_limit=cache_limit,
-                verify=verify, fetch_threads=fetch_threads, on_error=on_error,
+                verify=verify, fetch_threads=fetch_threads, on_error=on_error, media=media, media_dir=media_dir,
             )
         else:
+            if media is not None or media_dir is not None:
+                raise OptionError("media= and media_dir= read records that name media files, a row per record: "
+                                  "give mode='rows'")
             if columns is not None:
                 raise OptionError("columns= picks a table's columns: give mode='rows' to read its rows, or leave "
                                   "columns unset to read each file's path")
