@@ -40,6 +40,8 @@ class CsvFormat(Format):
         import pyarrow as pa
         import pyarrow.csv as pc
 
+        from .arrow_owned import owned
+
         data = bytes(data)  # its header and blank checks search bytes: one copy, of this run alone
 
         names = self.schema.names
@@ -49,7 +51,7 @@ class CsvFormat(Format):
         if not data.strip():
             return pa.schema([self.schema.field(c) for c in wanted]).empty_table()
         return pc.read_csv(
-            pa.BufferReader(data),
+            pa.BufferReader(owned(data)),
             read_options=pc.ReadOptions(column_names=names,
                                         block_size=max(BLOCK_BYTES, min(len(data) + 1, 64 << 20))),
             parse_options=pc.ParseOptions(delimiter=self.delimiter),
@@ -116,14 +118,16 @@ class CsvReader(LinesReader):
         import pyarrow as pa
         import pyarrow.csv as pc
 
+        from .arrow_owned import owned
+
         names = self.headers()
         schemas = []
         for vpath, run in sample:
             if not run.strip():
                 continue
             try:
-                schemas.append(pc.read_csv(pa.BufferReader(run), read_options=pc.ReadOptions(column_names=names,
-                                                                                             skip_rows=1),
+                schemas.append(pc.read_csv(pa.BufferReader(owned(run)),
+                                           read_options=pc.ReadOptions(column_names=names, skip_rows=1),
                                            parse_options=pc.ParseOptions(delimiter=self.delimiter())).schema)
             except pa.ArrowInvalid as e:
                 raise RecordError(f"the records at the start of {vpath} do not parse as CSV to infer their "

@@ -50,6 +50,8 @@ class JsonFormat(Format):
         import pyarrow as pa
         import pyarrow.json as pj
 
+        from .arrow_owned import owned
+
         schema = self.schema if self.columns is None else pa.schema([self.schema.field(c) for c in self.columns])
         if not len(data):  # blank lines alone parse to no rows as well
             return schema.empty_table()
@@ -60,7 +62,7 @@ class JsonFormat(Format):
         block = BLOCK_BYTES
         while True:
             try:
-                table = pj.read_json(pa.BufferReader(data), read_options=pj.ReadOptions(block_size=block),
+                table = pj.read_json(pa.BufferReader(owned(data)), read_options=pj.ReadOptions(block_size=block),
                                      parse_options=options)
                 return table.select(schema.names)
             except pa.ArrowInvalid as e:
@@ -192,15 +194,18 @@ class JsonReader(LinesReader):
         import pyarrow as pa
         import pyarrow.json as pj
 
+        from .arrow_owned import owned
+
         data = b"".join(run if run.endswith(b"\n") else run + b"\n" for _, run in sample if run)
         try:
-            return pj.read_json(pa.BufferReader(data), read_options=pj.ReadOptions(block_size=len(data) + 1)).schema
+            return pj.read_json(pa.BufferReader(owned(data)),
+                                read_options=pj.ReadOptions(block_size=len(data) + 1)).schema
         except pa.ArrowInvalid as e:
             # Malformed records say nothing of types: they are refused (or skipped) where they are read.
             sound = b"\n".join(line for line in data.split(b"\n") if _is_object(line))
             if sound != data.rstrip(b"\n") and sound.strip():
                 try:
-                    return pj.read_json(pa.BufferReader(sound),
+                    return pj.read_json(pa.BufferReader(owned(sound)),
                                         read_options=pj.ReadOptions(block_size=len(sound) + 1)).schema
                 except pa.ArrowInvalid:
                     pass

@@ -37,6 +37,7 @@ from ..io.fetch import ordered_map, retrying
 from ..manifest import Manifest
 from ..planning.rows import RowGroup, RowSlice, unit_of
 from ..io.files import CachedFile
+from .arrow_owned import owned
 
 FOOTER_THREADS = 32
 # What is fetched for a footer read by range: as much as `RemoteFile` fetches for one (most footers fit).
@@ -299,7 +300,9 @@ def _read_ranged(manifest: Manifest, unit: RowGroup, footer: pq.FileMetaData, pa
     file = _Ranges(size, [(at, _bytes_of(f)) for at, f in parts],
                    lambda a, b: read_bytes(src, vpath, size, mtime, (a, b)))
     try:
-        return pq.ParquetFile(file, metadata=footer).read_row_group(unit.row_group, columns=columns)
+        # A Python file: read on this thread (see `arrow_owned`), where its reads take the GIL anyway.
+        return pq.ParquetFile(file, metadata=footer).read_row_group(unit.row_group, columns=columns,
+                                                                    use_threads=False)
     except (pa.ArrowException, OSError) as e:
         raise ParquetError(f"{vpath} is not a readable Parquet file ({e})") from e
 
@@ -341,7 +344,7 @@ class _Ranges(RangeFile):
 
 def _open(f: CachedFile) -> pq.ParquetFile:
     try:
-        source = pa.BufferReader(f.data) if f.data is not None else f.local_path
+        source = pa.BufferReader(owned(f.data)) if f.data is not None else f.local_path
         return pq.ParquetFile(source)
     except (pa.ArrowException, OSError) as e:
         raise ParquetError(f"{f.path} is not a readable Parquet file ({e})") from e
