@@ -32,6 +32,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import secrets
 import shutil
 import time
 from dataclasses import dataclass
@@ -161,10 +162,16 @@ def write_whole(local_path: str, data: bytes) -> None:
         api.put(local_path, data)
         return
     folder, name = os.path.split(local_path)
-    tmp = os.path.join(folder, f".{name}.{os.getpid()}.tmp")
-    with open(tmp, "wb") as f:
-        f.write(data)
-    os.replace(tmp, local_path)
+    # Packers on other machines may write the same file at once (and have the same process id): a name of its own.
+    tmp = os.path.join(folder, f".{name}.{secrets.token_hex(8)}.tmp")
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+        os.replace(tmp, local_path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
 
 
 def point_at(vp: volume.VolumePath, generation: str) -> None:
