@@ -16,10 +16,18 @@ from __future__ import annotations
 import gc
 import os
 import sys
-from typing import Any, Callable
+import traceback
+from typing import Any, Callable, NamedTuple
 
-from .errors import ManifestMismatchError, OptionError
+from .errors import AirError, ManifestMismatchError, OptionError
 from .manifest import Manifest, load_listing, save_listing
+
+
+class RankZeroError(AirError, RuntimeError):
+    """Raised on the other ranks when rank 0 failed at a step every rank waits on; names rank 0's error.
+
+    Only the error's type and message cross: the error itself may not survive pickling.
+    """
 
 
 def process_group() -> Any | None:
@@ -80,6 +88,12 @@ def freeze_inherited() -> None:
         _frozen_in = os.getpid()
 
 
+class _Failure(NamedTuple):
+    """An error on rank 0 as it crosses to the other ranks: `Type: message`, as a traceback ends."""
+
+    error: str
+
+
 def list_once(make: Callable[[], Manifest], folder: str) -> Manifest:
     """The listing `make()` returns, made once per job when a process group is up.
 
@@ -87,7 +101,8 @@ def list_once(make: Callable[[], Manifest], folder: str) -> Manifest:
     every rank maps that file: ranks on rank 0's machine share its pages, and
     only ranks that cannot find the file (another machine, another cache
     folder) receive the listing itself from rank 0. An error on rank 0 is
-    raised on every rank, which would otherwise wait on rank 0 for ever.
+    raised there, and on every other rank (which would otherwise wait on rank 0
+    for ever) as a `RankZeroError` naming its type and message.
 
     Without a process group every rank lists for itself and `check_same`
     compares the fingerprints through torchrun's rendezvous store.
@@ -99,15 +114,19 @@ def list_once(make: Callable[[], Manifest], folder: str) -> Manifest:
         return m
     box: list = [None]
     mine: Manifest | None = None
+    error: Exception | None = None
     if group.get_rank() == 0:
         try:
             mine = make()
             box[0] = (save_listing(mine, folder), mine.fingerprint)
         except Exception as e:
-            box[0] = e
+            # Its text, not the error: one that does not pickle would fail here and leave the others waiting.
+            error, box[0] = e, _Failure("".join(traceback.format_exception_only(e)).strip())
     group.broadcast_object_list(box, src=0)
-    if isinstance(box[0], Exception):
-        raise box[0]
+    if error is not None:
+        raise error
+    if isinstance(box[0], _Failure):
+        raise RankZeroError(f"rank 0 failed to list the files every rank reads: {box[0].error}")
     if mine is None:
         mine = load_listing(*box[0])
     missing: list = [None] * group.get_world_size()
