@@ -107,7 +107,7 @@ class _LoaderIterator:
         self._inner = inner
         self._loader = loader
         self._pass = epoch_pass
-        self._timings = FetchTimings(detect_rank()[0], active_run_id())
+        self._timings = loader._timings_for_pass()
         self._returned_at: float | None = None
 
     def __iter__(self) -> "_LoaderIterator":
@@ -123,10 +123,10 @@ class _LoaderIterator:
         except StopIteration:
             if self._pass is not None:
                 self._pass.finished = True
-            self._timings.flush(self._loader._steps)
+            self._timings.flush()
             raise
         except BaseException:
-            self._timings.flush(self._loader._steps)
+            self._timings.flush()
             raise
         returned_at = time.monotonic()
         if self._pass is not None:  # the loader tags every batch
@@ -137,11 +137,6 @@ class _LoaderIterator:
         self._loader._steps += 1
         self._timings.record(returned_at - called_at, between, self._loader._steps)
         return value
-
-    def __del__(self) -> None:
-        timings = getattr(self, "_timings", None)
-        if timings is not None:
-            timings.flush(self._loader._steps)
 
 
 class DataLoader(torch.utils.data.DataLoader):
@@ -156,7 +151,9 @@ class DataLoader(torch.utils.data.DataLoader):
        Values you pass win.
     2. Timings: the mean and variance of the time spent waiting in `next()` and
        of the time between `next()` calls, per rank, logged at most every 10 s
-       to the active MLflow run or `$MLFLOW_RUN_ID` (see `air_core.torch.timing`).
+       to the active MLflow run or `$MLFLOW_RUN_ID` by a thread of their own,
+       so a slow tracking server never holds up `next()` (see
+       `air_core.torch.timing`).
     3. Resume: over a `UCVolumeDataset` (or a dataset holding one as an
        attribute, such as a decoding wrapper), `state_dict()` records what was
        delivered to the caller, not what workers prefetched, and
@@ -197,6 +194,7 @@ class DataLoader(torch.utils.data.DataLoader):
         if self._source is not None:
             self.collate_fn = _TagWithPosition(self.collate_fn, self._source)
         self._steps = 0
+        self._timings: FetchTimings | None = None
         self._pass: _Pass | None = None
         self._resume: dict | None = None
         self._workers_next_epoch: int | None = None
@@ -222,6 +220,15 @@ class DataLoader(torch.utils.data.DataLoader):
             source.set_epoch(epoch + 1)
             self._workers_next_epoch = epoch + 1 if self.persistent_workers else None
         return _LoaderIterator(inner, self, self._pass)
+
+    def _timings_for_pass(self) -> FetchTimings:
+        # One window across passes while the run is the same: an iterator left mid-pass keeps its timings here.
+        run_id = active_run_id()
+        if self._timings is None or self._timings.run_id != run_id:
+            if self._timings is not None:
+                self._timings.flush()
+            self._timings = FetchTimings(detect_rank()[0], run_id)
+        return self._timings
 
     def _freeze_before_fork(self) -> None:
         # A forked worker's first full collection writes to every object it inherited, copying the
