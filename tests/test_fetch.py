@@ -9,6 +9,7 @@ import time
 import weakref
 
 import pytest
+from conftest import wait_for
 
 from air_core.io.fetch import ordered_map
 
@@ -70,18 +71,29 @@ def test_quick_results_skip_the_threads_and_keep_their_place():
 
 
 def test_stopping_early_drops_queued_work_and_ends_the_threads():
-    probe = Probe(delay=0.04)
+    gate = threading.Event()
+    started: list[int] = []
+
+    def fn(item: int) -> int:
+        started.append(item)
+        if item >= 5:  # the threads then hold one item each until the consumer has stopped
+            gate.wait(60)
+        return item * 10
+
     before = set(threading.enumerate())
-    results = ordered_map(probe, [(i, 1) for i in range(10_000)], threads=4, max_ahead=64, max_bytes=1 << 30)
+    results = ordered_map(fn, [(i, 1) for i in range(10_000)], threads=4, max_ahead=64, max_bytes=1 << 30,
+                          hedge_floor=3600)  # no hedge: it would add a thread and a call
     assert [next(results) for _ in range(5)] == [0, 10, 20, 30, 40]
-    ours = set(threading.enumerate()) - before
+    ours = [t for t in set(threading.enumerate()) - before if t.name == "air-fetch"]
     assert len(ours) == 4
+    wait_for(lambda: len(started) == 5 + 4, 60, "each thread to hold an item")
     results.close()
+    gate.set()
     for t in ours:
-        t.join(timeout=5)
+        t.join(timeout=60)
         assert not t.is_alive()
     # 64 jobs were queued; the 4 threads finish what they hold and drop the rest
-    assert len(probe.started) <= 5 + 3 * 4
+    assert sorted(started) == list(range(5 + 4))
 
 
 def test_a_result_the_consumer_dropped_is_freed_while_the_pass_goes_on():
@@ -96,13 +108,16 @@ def test_a_result_the_consumer_dropped_is_freed_while_the_pass_goes_on():
         made.append(weakref.ref(blob))
         return blob
 
+    def alive() -> int:
+        gc.collect()
+        return sum(ref() is not None for ref in made)
+
     results = ordered_map(make, ((i, 1) for i in range(40)), threads=8, max_ahead=4, max_bytes=1 << 30)
     for _ in range(20):
         next(results)
-    time.sleep(0.05)  # the threads finish the work ahead and go idle
-    gc.collect()
-    alive = sum(ref() is not None for ref in made)
-    assert alive <= 4  # only the work ahead of the consumer
+    # The window holds items 20-22 now: once the threads made them, only those and the last one handed over
+    # (the consumer's) may be alive.
+    wait_for(lambda: len(made) == 23 and alive() <= 4, 60, "the threads to finish the work ahead and drop it")
     results.close()
 
 
@@ -156,15 +171,15 @@ def test_a_stuck_call_is_hedged_on_a_new_thread_and_the_pool_keeps_its_size():
         return item * 10
 
     before = set(threading.enumerate())
-    t = time.monotonic()
-    out = list(ordered_map(fn, [(i, 1) for i in range(300)], threads=8, max_ahead=32, max_bytes=1 << 30))
+    # A floor of 1 s: a read must be stuck that long to be hedged, which load alone does not do to a 2 ms one.
+    out = list(ordered_map(fn, [(i, 1) for i in range(300)], threads=8, max_ahead=32, max_bytes=1 << 30,
+                           hedge_floor=1.0))
     assert out == [i * 10 for i in range(300)]
-    assert time.monotonic() - t < 20
     assert calls.count(150) == 2 and len(calls) == 301  # one extra call, for the stuck item alone
-    ours = set(threading.enumerate()) - before
+    ours = [th for th in set(threading.enumerate()) - before if th.name == "air-fetch"]
     release.set()
     for th in ours:
-        th.join(timeout=5)
+        th.join(timeout=60)
         assert not th.is_alive()
 
 

@@ -89,7 +89,8 @@ def test_registration_guard_names_the_moved_internals(monkeypatch):
 
 
 @pytest.mark.slow
-def test_setup_of_2000_files_under_netvol_is_fast(volume, netvol_so, tmp_path):
+def test_setup_of_2000_files_under_netvol_lists_folders_and_opens_no_file(volume, netvol_so, tmp_path):
+    # Opening each file would take 20 s here; how long setup takes is measured by benchmarks/bench_hf.py.
     for k in range(10):
         folder = volume.local(f"many/class{k}")
         folder.mkdir(parents=True)
@@ -97,18 +98,15 @@ def test_setup_of_2000_files_under_netvol_is_fast(volume, netvol_so, tmp_path):
             (folder / f"f{i:04d}.txt").write_bytes(b"x")
     trace = tmp_path / "trace"
     script = textwrap.dedent(f"""
-        import time, torch, datasets, air_hf
-        t = time.perf_counter()
+        import torch, datasets, air_hf
         ds = datasets.load_dataset("uc-volume", data_dir={volume.path('many')!r}, split="train",
                                    streaming=True, cache_dir={str(tmp_path / 'hf')!r})
-        print(time.perf_counter() - t, ds.num_shards)
+        print(ds.num_shards)
     """)
     env = {**os.environ, "LD_PRELOAD": netvol_so, "NETVOL_PREFIX": str(volume.root) + "/",
            "NETVOL_OPEN_MS": "10", "NETVOL_LIST_MS": "20", "NETVOL_TRACE": str(trace)}
     out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True)
-    seconds, shards = out.stdout.split()
-    # Opening each file would take 20 s here; the margin over the ~0.1 s measured is for busy CI machines.
-    assert float(seconds) <= 5.0 and int(shards) == 12
+    assert int(out.stdout) == 12
     lines = trace.read_text().splitlines()
     assert sorted(lines) == sorted([f"list {volume.local('many')}"]
                                    + [f"list {volume.local(f'many/class{k}')}" for k in range(10)])

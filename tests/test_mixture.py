@@ -1,7 +1,6 @@
 """The mixture planner (air_core.planning.mixture): exact counts per source, every item once before any repeats,
 a pure function of its inputs, dealt over any grid and resumed exactly once; and its refusals."""
 
-import time
 from collections import Counter
 
 import numpy as np
@@ -231,15 +230,13 @@ def test_an_epoch_planned_a_few_slots_at_a_time_is_the_same_epoch(mix, epoch, wo
         assert blocks.deal_order(world_size).tolist() == whole.deal_order(world_size).tolist()
 
 
-def test_planning_ten_million_items_over_three_sources_is_vectorised():
+def test_planning_ten_million_items_over_three_sources_deals_every_slot_once():
+    # How long it takes (arrays, no Python loop per item) is measured by benchmarks/bench_mixture.py.
     rng = np.random.default_rng(0)
     sizes = [rng.integers(1, 1 << 20, n) for n in (5_000_000, 3_000_000, 2_000_000)]
     counts = mx.source_counts([len(s) for s in sizes], "proportion", [0.6, 0.3, 0.1])
-    start = time.perf_counter()
-    ep = mx.Mixture(sizes, counts).epoch(7, 0)
-    order = ep.deal_order(8)
-    took = time.perf_counter() - start
-    assert len(order) == 10_000_000 and took < 15  # ~1 s on a shared 2-core box: arrays, no Python loop per item
+    order = mx.Mixture(sizes, counts).epoch(7, 0).deal_order(8)
+    assert len(order) == 10_000_000 and (np.bincount(order, minlength=10_000_000) == 1).all()
 
 
 @pytest.mark.parametrize("kind, weights, epoch_size, words", [

@@ -138,13 +138,10 @@ def test_unknown_options_are_named():
         Grid(2, 2)
 
 
-def test_planning_a_million_items_is_fast():
-    import time
-
+def test_a_million_items_plan_into_even_streams():
+    # How long it takes is measured by benchmarks/bench_plan.py (the same grid, 10**5 to 10**7 items).
     sizes = [random.Random(i).randint(1, 1 << 20) for i in range(1_000)] * 1_000
-    t = time.perf_counter()
     items = plan(sizes, Grid(3, 8, 1, 6), shuffle=True, seed=1, epoch=2)
-    assert time.perf_counter() - t < 10
     assert 1_000_000 // 48 - 1 <= len(items) <= 1_000_000 // 48 + 1
 
 

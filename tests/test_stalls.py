@@ -12,7 +12,6 @@ import stat
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -31,12 +30,11 @@ print(json.dumps({"got": got, "misses": s.misses, "hedged": s.hedged}))
 """
 
 
-def read_all(volume, env: dict, timeout: float) -> tuple[dict, float]:
-    t = time.monotonic()
+def read_all(volume, env: dict, timeout: float) -> dict:
     out = subprocess.run([sys.executable, "-c", READ_ALL, volume.path("d")], env=env, capture_output=True,
                          text=True, timeout=timeout)
     assert out.returncode == 0, out.stderr[-3000:]
-    return json.loads(out.stdout), time.monotonic() - t
+    return json.loads(out.stdout)
 
 
 def expected(volume, paths: list[str]) -> list[tuple[str, str]]:
@@ -53,7 +51,7 @@ def cache_files(root: Path) -> tuple[list[Path], list[Path]]:
 def test_transient_errors_are_retried_and_every_file_arrives_once(volume, netvol_so, tmp_path):
     paths = volume.files("d", 300, size=lambda i: 3000 + i)
     trace = tmp_path / "trace"
-    r, _ = read_all(volume, slow_env(netvol_so, volume, trace, NETVOL_FAIL_PCT="5", NETVOL_SEED="7"), 180)
+    r = read_all(volume, slow_env(netvol_so, volume, trace, NETVOL_FAIL_PCT="5", NETVOL_SEED="7"), 180)
     assert [tuple(g) for g in r["got"]] == expected(volume, paths)
     assert r["misses"] == 300
     entries, _ = cache_files(Path(os.environ["AIR_CACHE_DIR"]))
@@ -74,12 +72,12 @@ def test_a_file_that_stays_unreadable_is_a_clear_error_naming_it(volume, netvol_
 
 @pytest.mark.slow
 def test_a_stalled_read_is_hedged_and_the_pass_ends_long_before_the_stall(volume, netvol_so, tmp_path):
-    # 0.2% of 1,500 reads stall for a minute: about three stalls per pass, each hedged after ~0.15 s.
+    # 0.2% of 1,500 reads stall for an hour: about three stalls per pass, each hedged after ~0.15 s; a stall
+    # waited for would outlast the run's timeout. How much stalls slow a pass: benchmarks/bench_stalls.py.
     paths = volume.files("d", 1500, size=lambda i: 1000 + i)
     trace = tmp_path / "trace"
-    env = slow_env(netvol_so, volume, trace, NETVOL_HANG_PCT="0.2", NETVOL_HANG_MS="60000", NETVOL_SEED="3")
-    r, took = read_all(volume, env, 120)
-    assert took < 30, f"the pass took {took:.1f} s: a stalled read was waited for ({r['hedged']} hedged)"
+    env = slow_env(netvol_so, volume, trace, NETVOL_HANG_PCT="0.2", NETVOL_HANG_MS="3600000", NETVOL_SEED="3")
+    r = read_all(volume, env, 120)
     assert [tuple(g) for g in r["got"]] == expected(volume, paths)
     assert r["misses"] == 1500
     assert sum(opens(trace).values()) - 1500 == r["hedged"] <= 4 + 15
@@ -87,6 +85,7 @@ def test_a_stalled_read_is_hedged_and_the_pass_ends_long_before_the_stall(volume
     assert len(entries) == 1500
     # A stuck read killed at exit leaves only its empty, locked-name .part; a hedge leaves nothing.
     assert all(p.name.endswith(".part") and p.stat().st_size == 0 for p in hidden), hidden
+    assert len(hidden) <= r["hedged"]  # each read still stuck at the end had been overtaken by a hedge
     assert all(stat.S_IMODE(p.stat().st_mode) == 0o600 for p in entries + hidden)
 
 
@@ -140,9 +139,7 @@ def test_a_stalled_range_of_a_large_file_is_hedged(volume, monkeypatch):
 
     monkeypatch.setattr(os, "preadv", second_range_sticks_once)
     cache = Cache()
-    t = time.monotonic()
     entry = cache.get(str(src), volume.path("big/t.parquet"), st.st_size, st.st_mtime_ns)
-    assert time.monotonic() - t < 30
     assert Path(entry).read_bytes() == data
-    assert len(calls) == 2  # the hedge read the second range again
+    assert len(calls) == 2  # the stuck read (60 s) was overtaken: a hedge read the second range again
     release.set()
