@@ -178,7 +178,6 @@ def test_same_version_writes_nothing_and_a_newer_one_replaces_it(volume):
 
 
 def test_old_exports_and_leftovers_are_removed_after_the_grace_period(volume, monkeypatch):
-    monkeypatch.setattr(publication, "GRACE_SECONDS", 1.0)
     table_dir = volume.local("tables/g")
     table, dest = volume.path("tables/g"), volume.path("out/g")
     append(table_dir, rows(range(10), lambda i: "a"))
@@ -195,11 +194,12 @@ def test_old_exports_and_leftovers_are_removed_after_the_grace_period(volume, mo
         os.utime(p, (long_ago, long_ago))
     running = exports / f"v9-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-0c0c0c0c0c0c"
     part = volume.write(f"out/g/{EXPORTS}/{running.name}/part-0c0c0c0c0c0c-0.parquet", "in progress")
-    time.sleep(1.1)  # v0 has been replaced for over a second
-    os.utime(part)  # another node's export, still writing
+    later = time.time() + publication.GRACE_SECONDS + 1  # v0 has been replaced for longer than the grace period
+    os.utime(part, (later, later))  # another node's export, still writing then
     assert exports_in(dest) == {v0.path, v1.path, f"{dest}/{EXPORTS}/{killed.name}",
                                 f"{dest}/{EXPORTS}/{running.name}"}
     append(table_dir, rows(range(20, 30), lambda i: "a"))
+    monkeypatch.setattr(publication, "clock", lambda: later)
     v2 = export_delta(table, dest)
     assert exports_in(dest) == {v1.path, v2.path, f"{dest}/{EXPORTS}/{running.name}"}
     assert not unrenamed.exists()

@@ -112,7 +112,6 @@ def test_the_same_version_again_makes_no_put_and_a_newer_one_retires_it(files_ap
 
 
 def test_the_grace_period_and_the_sweep_work_through_the_transport(files_api, tmp_path, monkeypatch):
-    monkeypatch.setattr(publication, "GRACE_SECONDS", 2.0)
     v, s = files_api, files_api.server
     table = tmp_path / "t"
     append(table, range(10))
@@ -126,10 +125,11 @@ def test_the_grace_period_and_the_sweep_work_through_the_transport(files_api, tm
     os.utime(part, (long_ago, long_ago))
     running = f"v9-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime(long_ago))}-0c0c0c0c0c0c"
     v.write(f"exports/g/{EXPORTS}/{running}/part-0c0c0c0c0c0c-0.parquet", "being written")  # another node's
-    time.sleep(2.1)
-    v.local(f"exports/g/{EXPORTS}/{running}/part-0c0c0c0c0c0c-0.parquet").touch()
+    later = time.time() + publication.GRACE_SECONDS + 1  # v0 has been retired for longer than the grace period
+    os.utime(v.local(f"exports/g/{EXPORTS}/{running}/part-0c0c0c0c0c0c-0.parquet"), (later, later))  # still written
     append(table, range(20, 30))
     s.clear_trace()
+    monkeypatch.setattr(publication, "clock", lambda: later)
     v2 = export_delta(str(table), dest)
     names = {os.path.basename(p) for p in (v1.path, v2.path)}
     assert exports_of(v, "exports/g") == names | {running}

@@ -65,7 +65,7 @@ from typing import Callable
 from ..errors import VolumePathError
 from ..io import transport, volume
 from ..io.node_lock import node_lock
-from ..io.published import GRACE_SECONDS, read_json
+from ..io.published import GRACE_SECONDS, clock, read_json
 
 POINTER = "_air_export.json"
 EXPORTS = "_exports"
@@ -259,7 +259,7 @@ class Destination:
 
     def _point_at(self, pointer: dict, token: str) -> None:
         """Make `pointer` current (the commit point), then remove what has been retired long enough."""
-        now = time.time()
+        now = clock()
         # Read again just before replacing it: an exporter on another node may have published meanwhile,
         # and the export it names must be kept for readers now on it.
         previous = _read_pointer(self.vp)
@@ -331,7 +331,7 @@ def _last_touched(folder: str) -> float:
     try:
         files, folders = transport.entries(folder)
     except FileNotFoundError:  # changing under this listing (a committer's renames, another sweep): not idle
-        return time.time()
+        return clock()
     return max([newest] + [mtime_ns / 1e9 for _, _, mtime_ns in files]
                + [_last_touched(f"{folder}/{name}") for name in folders])
 

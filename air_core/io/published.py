@@ -4,11 +4,17 @@ reading the pointer that names the current one."""
 from __future__ import annotations
 
 import json
+import time
 
 from . import transport
 
 # A reader that resolved a version reads it to its end: one replaced is kept this long before a later run removes it.
 GRACE_SECONDS = 3600.0
+
+
+def clock() -> float:
+    """Now, in seconds since the epoch (the clock of file mtimes), as grace periods count it."""
+    return time.time()
 
 
 def read_json(file: str) -> object:
