@@ -38,10 +38,22 @@ required (the stream has no length), and `equalize` keeps every process at
 the same step count.
 """
 
+from typing import TYPE_CHECKING
+
+from air_core.doors import exports
+
 from .builder import UCVolume, UCVolumeConfig
 from .registration import NAME, register
 from .rank_split import split_for_rank
 
+if TYPE_CHECKING:
+    from .trainer_resume import StreamResumeCallback
+
 register()
 
-__all__ = ["NAME", "UCVolume", "UCVolumeConfig", "register", "split_for_rank"]
+# Loaded on first use: it imports transformers, which a DataLoader worker unpickling a dataset does not need.
+_LAZY = {"StreamResumeCallback": ".trainer_resume"}
+
+__all__ = ["NAME", "StreamResumeCallback", "UCVolume", "UCVolumeConfig", "register", "split_for_rank"]
+
+__getattr__, __dir__ = exports(__name__, _LAZY)

@@ -79,6 +79,11 @@ class Tables(ArrowExamplesIterable):
     def features(self) -> datasets.Features | None:
         return self._features
 
+    @property
+    def builder(self) -> Any:
+        """The builder whose rows this iterates (a `UCVolume`)."""
+        return self._rows_fn.__self__
+
     def __iter__(self):  # noqa: ANN204 - datasets' signature
         if self._features is None:
             yield from super().__iter__()
