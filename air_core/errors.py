@@ -39,3 +39,9 @@ class TableError(AirError, ValueError):
 
 class RecordError(AirError, ValueError):
     """A record of a line file (JSON Lines, CSV, text) that does not parse, or does not fit the features."""
+
+
+class MediaError(RecordError):
+    """A record that names a medium that cannot be read: missing from the volume, a folder, unreadable, or one
+    that does not decode as its kind. The message names the records file, the record's line (or row) and the
+    medium's path."""

@@ -20,6 +20,8 @@ groups, a schema) is kept once per process too (`Source.held`).
 
 from __future__ import annotations
 
+import copy
+import glob
 import os
 import posixpath
 from typing import Any, Callable, Literal, Mapping, Sequence, TypeVar
@@ -31,7 +33,7 @@ from .packs import store as pack_store
 from .io import volume
 from .io.cache import Cache
 from .errors import EmptyVolumeError, ManifestMismatchError, OptionError
-from .io.listing import list_folder
+from .io.listing import list_folder, list_records
 from .manifest import Manifest
 from .read import FORMATS, Reader, auto_suffixes, media_paths, reader_class, readers
 from .read.media_paths import FolderMedia, NamedMedia
@@ -43,6 +45,10 @@ MODES = ("auto", "files", "parquet", "pack", "json", "csv", "text", "webdataset"
 Globs = str | Sequence[str] | None
 # Options of one format or another (see each reader's `takes`); None: not given.
 FORMAT_OPTIONS = ("schema", "delimiter", "sample_by", "media", "media_dir")
+# The records that name media (`media=`) mode="auto" finds, by their files' name endings: what they are called -> (their
+# mode, the endings). JSON Lines and `.json` files (an array of objects, as LLaVA's) are both read in mode "json".
+MEDIA_RECORDS = {"Parquet": ("parquet", auto_suffixes("parquet")), "JSON Lines": ("json", auto_suffixes("json")),
+                 "JSON": ("json", (".json",)), "CSV": ("csv", auto_suffixes("csv"))}
 
 _MEMO_SIZE = 4
 _memo: dict[str, dict[str, Any]] = {}  # by fingerprint: the listing, row groups and schema this process holds
@@ -60,6 +66,9 @@ class Source:
         local: where `path` lies on the machine that resolved the source.
         fingerprint: the listing's fingerprint: two sources with the same one read the same files.
         options: the format options given (`schema`, `delimiter`, `sample_by`), for its reader.
+        job: an id made anew for each source resolved (each job's, and each rank's), kept by its copies in
+            other processes: what a reader learns of files it never listed (the versions of the media that
+            records name) is kept under it, for this job alone.
     """
 
     def __init__(self, path: str | volume.VolumePath, mode: str, manifest: Manifest, listing: dict,
@@ -73,6 +82,7 @@ class Source:
         self.local = folder.local
         self._listing, self.cache_dir = listing, cache_dir
         self._listing_file: str | None = None
+        self.job = os.urandom(8).hex()
         _remember(self.fingerprint, manifest=manifest)
 
     def __repr__(self) -> str:
@@ -87,12 +97,11 @@ class Source:
     def reader(self) -> Reader:
         """The reader of this source's format: how every front door plans and reads it (records that name media:
         their format's reader, wrapped by `air_core.read.media.MediaReader`)."""
-        reader = reader_class(self.mode)(self)
         if "media" not in self.options:
-            return reader
+            return reader_class(self.mode)(self)
         from .read.media import MediaReader
 
-        return MediaReader(self, reader)  # type: ignore[arg-type]
+        return MediaReader(self)
 
     @property
     def manifest(self) -> Manifest:
@@ -122,6 +131,12 @@ class Source:
         if key not in held:
             held = _remember(self.fingerprint, **{key: make()})
         return held[key]
+
+    def with_options(self, **changed: Any) -> Source:
+        """This source (the same listing and job) with format options `changed` (None: left out)."""
+        view = copy.copy(self)
+        view.options = {k: v for k, v in {**self.options, **changed}.items() if v is not None}
+        return view
 
     def __getstate__(self) -> dict:
         if self._listing_file is None:
@@ -161,7 +176,10 @@ def resolve_source(
             `.csv`, `.tsv`; the line formats also compressed, `.gz`, `.zst`;
             "webdataset": `.tar`), "files" when no file has a format's, an
             error for a mix. Or "files", "parquet", "pack", "json" (JSON
-            Lines, `.json` too), "csv", "text" (a row per line of any file)
+            Lines; a `.json` file's records are the objects of its top-level
+            array, or its objects one after another, found by one pass over
+            the file per node and read by ranges), "csv", "text" (a row per
+            line of any file)
             or "webdataset" (a row per sample of each tar). A pack (see
             `air_core.pack`) reads as "pack" in modes "auto", "files" and
             "pack": a row per packed file; mode="parquet" reads its shards' rows.
@@ -182,13 +200,17 @@ def resolve_source(
         media: records that name media files: their columns that hold paths
             (one, or a list) -> each column's kind ("image", "audio", "video"
             or "file"). The folder's files of a records format (JSON Lines,
-            CSV, Parquet; the one of `mode`, or under "auto" the one its files
-            have) are the records, every other file is a medium and never a
-            row. Under "auto" without it, Hugging Face's folder convention is
+            `.json` files of an array of objects, CSV, Parquet; the one of
+            `mode`, or under "auto" the one its files have) are the records, every other file is a medium and never a
+            row: the listing lists the records alone (and never opens the
+            media folder, where it lies inside `path`: records there are not
+            read). Under "auto" without it, Hugging Face's folder convention is
             read as such: `metadata.jsonl`, `metadata.csv` or
             `metadata.parquet` files (one kind) among others, whose
             `file_name` / `<x>_file_name` (`file_names` / `<x>_file_names`:
-            several) columns name media, each column named as HF names it.
+            several) columns name media, each column named as HF names it;
+            the listing reads the names of the files beside a metadata file,
+            but the sizes of only the first of each extension in each folder.
         media_dir: the folder the media paths are relative to: a volume path,
             or a path relative to `path` (such as "images"); inside the same
             volume. Default: each records file's own folder.
@@ -249,14 +271,19 @@ def resolve_source(
                           f"files with `air-data pack SRC {folder.path}` or air_core.pack(), or read them with "
                           "mode='files'")
     listing: dict[str, Any] = {"include": include, "exclude": exclude, "extensions": _extensions(file_extensions)}
+    if media_dir is not None:
+        given_options["media_dir"] = _media_dir(folder, media_dir)
+    if "media" in given_options:  # the records alone are listed, and the media folder is never opened
+        listing["media"] = _records_of(mode), _media_folder_glob(folder, given_options.get("media_dir")), \
+            _records_label(mode)
+    elif mode == "auto":  # HF's folder layout is listed without a stat of each medium
+        listing["metadata"] = True
     if manifest is None:
         manifest = dist.list_once(lambda: _list(folder, listing), _listings(cache_dir))
     else:
         if manifest.root != folder.path:
             raise OptionError(f"manifest= lists {manifest.root}, not {folder.path}")
         dist.check_same(manifest)
-    if media_dir is not None:
-        given_options["media_dir"] = _media_dir(folder, media_dir)
     records = _media_records(manifest, mode, given_options)
     if records is not None:  # records that name media: the records alone are the listing read
         mode, listing["records"] = records
@@ -285,8 +312,66 @@ def _list(path: volume.VolumePath | None, listing: dict) -> Manifest:
         from .delta.in_place import table_files
 
         return table_files(listing["table"], listing["version"])
-    found = list_folder(path, **{k: v for k, v in listing.items() if k != "records"})
+    include, exclude, extensions = listing["include"], listing["exclude"], listing["extensions"]
+    if "media" in listing:
+        suffixes, skip, label = listing["media"]
+        try:
+            found = list_folder(path, include=include, exclude=_globs(exclude) + skip,
+                                extensions=_endings_of_both(extensions, suffixes))
+        except EmptyVolumeError:
+            raise EmptyVolumeError(f"{path.path} holds no {label} files of records: media= reads records (and the "
+                                   "media they name); give the folder that holds them") from None
+    elif "metadata" in listing:
+        found = list_records(path, metadata=[f"metadata.{e}" for e in media_paths.METADATA], records=_record_endings(),
+                             include=include, exclude=exclude, extensions=extensions)
+    else:
+        found = list_folder(path, include=include, exclude=exclude, extensions=extensions)
     return _records_only(found, listing["records"]) if "records" in listing else found
+
+
+def _records_of(mode: str) -> tuple[str, ...]:
+    """The endings of the names of the files of records that name media, read in `mode`."""
+    if mode == "auto":
+        return tuple(x for _, endings in MEDIA_RECORDS.values() for x in endings)
+    if mode not in ("parquet", "json", "csv"):
+        raise OptionError(f"media= reads records that name media, in mode 'json', 'csv' or 'parquet' (or 'auto'), "
+                          f"not {mode!r}")
+    return reader_class(mode).suffixes(given=True) or ()
+
+
+def _records_label(mode: str) -> str:
+    """The formats of records that name media read in `mode`, in messages."""
+    if mode == "auto":
+        return ", ".join(MEDIA_RECORDS).replace(", CSV", " or CSV")
+    return reader_class(mode).label
+
+
+def _record_endings() -> tuple[str, ...]:
+    """The endings of every records format's files, as mode="auto" knows them."""
+    return tuple(x for m in FORMATS for x in auto_suffixes(m))
+
+
+def _media_folder_glob(folder: volume.VolumePath, media_dir: str | None) -> tuple[str, ...]:
+    """An exclude glob of the media folder where it lies inside `folder` (its listing never opens it); else none."""
+    if media_dir is None or not media_dir.startswith(folder.path + "/"):
+        return ()
+    return (glob.escape(media_dir[len(folder.path) + 1:]) + "/*",)
+
+
+def _globs(globs: Globs) -> tuple[str, ...]:
+    if globs is None:
+        return ()
+    return (globs,) if isinstance(globs, str) else tuple(globs)
+
+
+def _endings_of_both(extensions: Sequence[str] | None, suffixes: Sequence[str]) -> tuple[str, ...]:
+    """The extensions (no leading dot) a name must end with to end with one of `extensions` (None: any) and one of
+    `suffixes` (with their dots): of two endings, where one ends the other, the longer."""
+    if extensions is None:
+        return tuple(x.lstrip(".") for x in suffixes)
+    given = ["." + e for e in extensions]
+    return tuple(dict.fromkeys((a if len(a) >= len(b) else b).lstrip(".") for a in given for b in suffixes
+                               if a.endswith(b) or b.endswith(a)))
 
 
 def _media_dir(folder: volume.VolumePath, media_dir: str) -> str:
@@ -310,17 +395,14 @@ def _media_records(manifest: Manifest, mode: str, format_options: dict[str, Any]
     None: it does not."""
     if "media" in format_options:
         if mode == "auto":
-            found = [m for m in ("parquet", "json", "csv") if _having(manifest, auto_suffixes(m)).any()]
+            found = [name for name, (_, endings) in MEDIA_RECORDS.items() if _having(manifest, endings).any()]
             if len(found) != 1:
-                kinds = " and ".join(reader_class(m).label for m in found) or "no records"
+                kinds = " and ".join(found) or "no records"
                 raise OptionError(f"media= reads records that name media, but {manifest.root} holds {kinds} files: "
-                                  "give the records' format with mode='json', 'csv' or 'parquet'")
-            mode = found[0]
-        if mode not in ("parquet", "json", "csv"):
-            raise OptionError(f"media= reads records that name media, in mode 'json', 'csv' or 'parquet' (or "
-                              f"'auto'), not {mode!r}")
-        suffixes = reader_class(mode).suffixes(given=True)
-        return mode, tuple(suffixes or ())
+                                  "give the records' format with mode='json', 'csv' or 'parquet', or choose the "
+                                  "records files with include=")
+            return MEDIA_RECORDS[found[0]]
+        return mode, _records_of(mode)
     if mode != "auto":
         return None
     found = {ext: m for ext, m in media_paths.METADATA.items()

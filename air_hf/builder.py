@@ -47,7 +47,8 @@ class UCVolumeConfig(datasets.BuilderConfig):
         exclude: glob(s) of files to leave out.
         file_extensions: keep only files with these extensions (case-insensitive), as in Ray's readers.
         mode: "files" (a row per file), "parquet" (the tables' rows; row groups are the
-            units), "json" (JSON Lines: a row per object), "csv" (a row per record),
+            units), "json" (JSON Lines: a row per object; a `.json` file: a row per object of
+            its top-level array, read by ranges), "csv" (a row per record),
             "text" (a row per line, paragraph or file, in `text`), or "auto": a format's
             when every file has its extensions (`.parquet`; `.jsonl`, `.ndjson`; `.csv`,
             `.tsv`; the line formats also as `.gz`, `.zst`), "files" when none has.
@@ -90,14 +91,17 @@ class UCVolumeConfig(datasets.BuilderConfig):
             CSV and text: "skip" leaves out a malformed record with a warning naming it.
         delimiter: CSV mode: the field delimiter (default: a tab for `.tsv`, else a comma).
         sample_by: text mode: "line" (default), "paragraph" or "document" (a row per file).
-        media: records that name media files (JSON Lines, CSV or Parquet records; the folder's
-            other files are the media): their columns that hold paths (one, or a list) -> each
-            one's kind, "image", "audio", "video" (`datasets.Image()`, `Audio()`, `Video()`, read
-            from the medium's copy in the node cache, fetched ahead of the consumer) or "file"
-            (the copy's local path). Under mode "auto" a folder in HF's own layout
-            (`metadata.jsonl`, `.csv` or `.parquet` beside the media, `file_name` columns) is read
-            so without it, each column named as `imagefolder` names it. With `on_error="skip"`,
-            a record naming a missing medium is left out with a warning.
+        media: records that name media files (JSON Lines, `.json` arrays of objects as LLaVA's,
+            CSV or Parquet records; the folder's other files are the media): their columns that
+            hold paths (one, or a list) -> each one's kind, "image", "audio", "video"
+            (`datasets.Image()`, `Audio()`, `Video()`, read from the medium's copy in the node
+            cache, fetched ahead of the consumer) or "file" (the copy's local path). Under mode
+            "auto" a folder in HF's own layout (`metadata.jsonl`, `.csv` or `.parquet` beside the
+            media, `file_name` columns) is read so without it, each column named as `imagefolder`
+            names it. `features=` may name them: a media feature there is read from the records'
+            paths, a `Value("string")` keeps the copy's path. With `on_error="skip"`, a record
+            naming a missing medium (or an image that does not open) is left out with a warning;
+            else it is a `MediaError` naming the record and the path.
         media_dir: the folder the media paths are relative to: a volume path, or a path relative
             to `data_dir` (such as "images"); default: each records file's own folder.
         sources: instead of `data_dir`, a mixture of volume folders: a list of dicts, each
@@ -310,7 +314,7 @@ class UCVolume(datasets.ArrowBasedBuilder):
         c, reader = self.config, self._source.reader
         pieces, cache, threads = self._shard_pieces(shards, parts, epoch)
         if isinstance(reader, TableReader):
-            names, kinds = list(self._features), reader.media()
+            names, kinds = list(self._features), media.featured(self.info.features, reader.media())
             tables = reader.read_tables(pieces, cache, columns=c.columns, fetch_threads=threads,
                                         planning=c.planning, epoch=epoch, on_error=c.on_error)
             yield from enumerate(media.table(t.select(names), kinds, embed=self._embed_media) for t in tables)

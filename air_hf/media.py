@@ -16,6 +16,8 @@ import datasets
 import pyarrow as pa
 import pyarrow.types as pt
 
+from air_core.read.media import contents as media_contents
+
 FEATURES = {"image": datasets.Image, "audio": datasets.Audio, "video": datasets.Video}
 
 
@@ -27,6 +29,20 @@ def features(features: datasets.Features, media: Mapping[str, str]) -> datasets.
             many = isinstance(features[name], (datasets.List, datasets.LargeList))
             features[name] = datasets.List(FEATURES[kind]()) if many else FEATURES[kind]()
     return features
+
+
+def featured(features: datasets.Features, media: Mapping[str, str]) -> dict[str, str]:
+    """The columns of `media` whose features are HF's media features (or lists of one): those `table` gives the
+    feature's storage. A column given another feature (`Value("string")`) keeps its path."""
+    kinds = tuple(FEATURES.values())
+    out = {}
+    for name, kind in media.items():
+        feature = features.get(name)
+        if isinstance(feature, (datasets.List, datasets.LargeList)):
+            feature = feature.feature
+        if isinstance(feature, kinds):
+            out[name] = kind
+    return out
 
 
 def table(table: pa.Table, media: Mapping[str, str], *, embed: bool = False) -> pa.Table:
@@ -56,8 +72,7 @@ _STORAGE = pa.struct([("bytes", pa.binary()), ("path", pa.string())])
 def _struct(data: pa.Array, embed: bool) -> pa.Array:
     """Bytes, or paths (with `embed`, their files' bytes too), as the storage of a media feature."""
     if pt.is_string(data.type) or pt.is_large_string(data.type):
-        contents = pa.array([_read(p) for p in data.to_pylist()], pa.binary()) if embed else pa.nulls(len(data),
-                                                                                                     pa.binary())
+        contents = media_contents(data.to_pylist()) if embed else pa.nulls(len(data), pa.binary())
         arrays = [contents, data.cast(pa.string())]
     else:
         arrays = [data.cast(pa.binary()), pa.nulls(len(data), pa.string())]
@@ -68,10 +83,3 @@ def _listed(data: pa.ListArray, embed: bool) -> pa.Array:
     """Lists of paths as lists of a media feature's storage."""
     return pa.ListArray.from_arrays(data.offsets, _struct(data.values, embed),  # the offsets index `values`
                                     mask=data.is_null())
-
-
-def _read(path: str | None) -> bytes | None:
-    if path is None:
-        return None
-    with open(path, "rb") as f:
-        return f.read()

@@ -37,6 +37,8 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from air_core.doors import DEFAULT_FETCH_THREADS, EQUALIZES, ON_ERRORS, Equalize, Grid, MixedSource, MixedTable, Mode, OnError, OptionError, Planning, Source, TableReader, check_columns, default_dir, detect_rank, entry_path_length, resolve_mixture, resolve_source, resolve_sources
 from air_core.doors import options as check
 
+from air_core.read.media import MediaReader, contents_schema
+
 from . import owners as owners_mod
 from . import placement, task_plan
 from .task_read import TaskSource, bytes_type, files_read_fn, files_schema, table_read_fn
@@ -75,7 +77,8 @@ class UCVolumeDatasource(Datasource):
         mode: "auto" (a format's when every file has its extensions:
             `.parquet`; `.jsonl`, `.ndjson`; `.csv`, `.tsv`, the line formats
             also as `.gz`, `.zst`; files when none has; an error for a mix),
-            "files", "parquet", "json" (JSON Lines), "csv" or "text" (a row
+            "files", "parquet", "json" (JSON Lines; a `.json` file: the
+            objects of its top-level array), "csv" or "text" (a row
             per line in `text`). Large uncompressed line files are cut into
             spans, each owning the records that start in it. "webdataset"
             (`.tar` shards, also under "auto"): a row per sample, `__key__`,
@@ -84,8 +87,11 @@ class UCVolumeDatasource(Datasource):
         exclude: glob(s) of files to leave out.
         file_extensions: keep only files with these extensions (case-insensitive), as in Ray's readers.
         include_paths: add the `path` column (default: True in files mode, False in Parquet mode).
-        include_bytes: files mode: add each file's contents as a `bytes` column
-            (default: when the running Ray cluster has more than one node).
+        include_bytes: files mode: add each file's contents as a `bytes` column;
+            records that name media: each media column holds its files'
+            bytes, not the local paths of their copies (default: when the
+            running Ray cluster has more than one node, where a row may be
+            consumed on another node than the one that read it).
         shuffle: "files" (a new file order every execution) or a
             `ray.data.FileShuffleConfig` (seeded); None keeps the listing order.
             Which rank reads a file never changes, so each node's cache keeps its share.
@@ -122,16 +128,18 @@ class UCVolumeDatasource(Datasource):
             the listing).
         delimiter: CSV mode: the field delimiter (default: a tab for `.tsv`, else a comma).
         sample_by: text mode: "line" (default), "paragraph" or "document" (a row per file).
-        media: records that name media files (JSON Lines, CSV or Parquet
-            records; the folder's other files are the media): their columns
-            that hold paths (one, or a list) -> each one's kind ("image",
-            "audio", "video", "file"). Each such column of a row holds the
-            local path of its medium's copy in the cache of the node that ran
-            the read task (a list, for a list of paths), fetched ahead of the
-            rows. Under mode "auto" a folder in HF's layout (`metadata.jsonl`,
-            `.csv` or `.parquet` beside the media, `file_name` columns) is read
-            so without it. With `on_error="skip"`, a record naming a missing
-            medium is left out with a warning.
+        media: records that name media files (JSON Lines, `.json` arrays
+            of objects, CSV or Parquet records; the folder's other files are
+            the media): their columns that hold paths (one, or a list) -> each
+            one's kind ("image", "audio", "video", "file"). Each such column
+            of a row holds the local path of its medium's copy in the cache of
+            the node that ran the read task (a list, for a list of paths), or
+            with `include_bytes` its bytes, fetched ahead of the rows. Under
+            mode "auto" a folder in HF's layout (`metadata.jsonl`, `.csv` or
+            `.parquet` beside the media, `file_name` columns) is read so
+            without it. With `on_error="skip"`, a record naming a missing
+            medium (or an image that does not open) is left out with a
+            warning; else it is a `MediaError` naming the record and the path.
         media_dir: the folder the media paths are relative to: a volume path,
             or a path relative to `path` (default: each records file's own folder).
         sources: instead of `path`, a mixture of volume folders: a list of
@@ -240,13 +248,25 @@ class UCVolumeDatasource(Datasource):
         self._estimate = self._check_share()
 
     @functools.cached_property
+    def _media_bytes(self) -> list[str]:
+        """The media columns (of records that name media) given as their files' bytes; decided on first use, as
+        `_contents_type`."""
+        reader = self._source.reader
+        if not isinstance(reader, MediaReader):
+            return []
+        wanted = self._want_bytes if self._want_bytes is not None else len(_cluster_nodes()) > 1
+        return list(reader.media()) if wanted else []
+
+    @functools.cached_property
     def _contents_type(self) -> pa.DataType | None:
-        """The `bytes` column's type, None for no such column.
+        """The `bytes` column's type, None for no such column (a table's rows have none).
 
         Decided on first use rather than when made: by then Ray is up (it
         starts before Ray Data plans a read), so the default can ask how
         many nodes the cluster has, while a bad path still fails before Ray starts.
         """
+        if self._tables:
+            return None
         wanted = self._want_bytes if self._want_bytes is not None else len(_cluster_nodes()) > 1
         return bytes_type(self._source.reader.largest()) if wanted else None
 
@@ -267,7 +287,7 @@ class UCVolumeDatasource(Datasource):
         if not self._tables:
             return files_schema(include_paths=self._include_paths, contents_type=self._contents_type)
         columns = self._get_data_columns()
-        s = self._source.reader.schema()
+        s = contents_schema(self._source.reader.schema(), self._media_bytes)
         if self._include_paths:
             s = s.append(pa.field("path", pa.string()))
         return s if columns is None else pa.schema([s.field(c) for c in columns if c in s.names])
@@ -301,7 +321,7 @@ class UCVolumeDatasource(Datasource):
             for part in reader.parts([held[g].tolist() for g in groups], self._planning, epoch=epoch):
                 if self._tables:
                     read_fn = table_read_fn(self._tasks, part, columns=columns, include_paths=self._include_paths
-                                            and (columns is None or "path" in columns))
+                                            and (columns is None or "path" in columns), media_bytes=self._media_bytes)
                     size = part.nbytes
                 else:
                     read_fn = files_read_fn(self._tasks, part, include_paths=self._include_paths,
@@ -326,7 +346,7 @@ class UCVolumeDatasource(Datasource):
         nodes moves little more than the buckets of the nodes that changed
         (see `placement`). Nodes that get no bucket are left out.
         """
-        self._contents_type  # decided once, for every part
+        self._contents_type, self._media_bytes  # decided once, for every part
         weights, bucket = self._buckets()
         owner = np.array(placement.place(weights, nodes))
         parts = {}

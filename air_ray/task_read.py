@@ -19,6 +19,7 @@ import numpy as np
 import pyarrow as pa
 
 from air_core.doors import DEFAULT_PREFETCH, Cache, CachedFile, FetchError, Part, without_skips
+from air_core.read.media import with_contents
 
 from .task_plan import BINARY_BYTES, binary_block_bytes
 
@@ -109,13 +110,16 @@ def files_read_fn(source: TaskSource, part: Part, *, include_paths: bool, conten
     return read_uc_volume_files
 
 
-def table_read_fn(source: TaskSource, part: Part, *, columns: list[str] | None,
-                  include_paths: bool) -> Callable[[], Iterator[pa.Table]]:
+def table_read_fn(source: TaskSource, part: Part, *, columns: list[str] | None, include_paths: bool,
+                  media_bytes: Sequence[str] = ()) -> Callable[[], Iterator[pa.Table]]:
     """A read task's function for a table's rows: one block per piece (a row group, or a range of rows), or per
-    bundle of a shuffled mixture's pieces (their rows' paths given row by row)."""
+    bundle of a shuffled mixture's pieces (their rows' paths given row by row). `media_bytes`: media columns
+    (local paths of the copies the task fetched) given as the files' bytes."""
 
     def read_uc_volume_tables() -> Iterator[pa.Table]:
         for path, table in part.read(source.cache(), columns=columns, **source.fetch):
+            if media_bytes:
+                table = with_contents(table, media_bytes)
             if include_paths:
                 paths = path if isinstance(path, pa.Array) else pa.array([path] * table.num_rows, pa.string())
                 table = table.append_column("path", paths)

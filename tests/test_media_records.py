@@ -11,11 +11,12 @@ import datasets
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+import ray
 from PIL import Image
 
 import air_hf  # noqa: F401 - registers uc-volume
 from air_core import RowStream, resolve_source, run_state
-from air_core.errors import EmptyVolumeError, OptionError, RecordError
+from air_core.errors import EmptyVolumeError, MediaError, OptionError, RecordError
 from air_core.torch import UCVolumeDataset
 
 
@@ -212,7 +213,7 @@ def broken(volume) -> str:
 
 def test_a_missing_medium_names_the_records_file_line_and_path(volume):
     path = broken(volume)
-    with pytest.raises(RecordError, match=rf"{path}/r.jsonl, line 3: the record names '1.png': {path}/1.png, "
+    with pytest.raises(MediaError, match=rf"{path}/r.jsonl, line 3: the record names '1.png': {path}/1.png, "
                                           r"which is not on the volume; .*on_error='skip'"):
         list(RowStream(path, media={"image": "image"}))
 
@@ -228,10 +229,21 @@ def test_a_missing_medium_is_skipped_with_a_warning_and_counted(volume, caplog):
     assert "skipping a record" in caplog.text and "1.png" in caplog.text
 
 
+def test_an_image_that_does_not_open_names_its_record(volume):
+    path = broken(volume)
+    volume.write("b/1.png", b"<html>not found</html>")
+    with pytest.raises(MediaError, match=rf"r.jsonl, line 3: the record names '1.png': {path}/1.png, which does "
+                                         r"not open as an image \(UnidentifiedImageError"):
+        list(RowStream(path, media={"image": "image"}))
+    stream = RowStream(path, media={"image": "image"}, on_error="skip")
+    assert [r["i"] for r in stream] == [0, 2, 3] and stream.skipped == [f"{path}/r.jsonl, line 3"]
+    assert [r["i"] for r in RowStream(path, media={"image": "file"})] == [0, 1, 2, 3]  # a file is not opened
+
+
 def test_a_missing_medium_in_parquet_names_its_row(volume):
     volume.write("p/0.png", png(0))
     pq.write_table(pa.table({"image": ["0.png", "gone.png"]}), volume.local("p/r.parquet"))
-    with pytest.raises(RecordError, match=r"r.parquet, row 1: the record names 'gone.png'"):
+    with pytest.raises(MediaError, match=r"r.parquet, row 1: the record names 'gone.png'"):
         list(RowStream(volume.path("p"), media={"image": "image"}))
 
 
@@ -341,17 +353,58 @@ def test_a_skipped_record_is_not_read_again_after_a_resume(volume):
     assert again.skipped == [f"{path}/r.jsonl, line 3"]
 
 
-def test_a_second_epoch_reads_no_medium_from_the_volume(volume):
+@pytest.fixture
+def volume_calls(volume, monkeypatch):
+    """Calls `calls()` the files under the volume: each `os.stat` and `os.open` of one (its local path) from then on."""
+    root, seen = str(volume.local("")), []
+    stat, open_ = os.stat, os.open
+
+    def calls():
+        def counted_stat(path, *args, **kwargs):
+            if isinstance(path, str) and path.startswith(root):
+                seen.append(path)
+            return stat(path, *args, **kwargs)
+
+        def counted_open(path, *args, **kwargs):
+            if isinstance(path, str) and path.startswith(root):
+                seen.append(path)
+            return open_(path, *args, **kwargs)
+
+        monkeypatch.setattr(os, "stat", counted_stat)
+        monkeypatch.setattr(os, "open", counted_open)
+        return seen
+
+    return calls
+
+
+def test_a_second_epoch_asks_the_volume_nothing(volume, volume_calls):
     many(volume)
-    stream = RowStream(volume.path("m"), media={"image": "image"})
+    stream = RowStream(volume.path("m"), media={"image": "image"}, shuffle=True)
+    first = sorted(read(r["image"]) for r in stream)
+    calls = volume_calls()
+    assert sorted(read(r["image"]) for r in stream) == first
+    assert calls == []  # no stat of a medium to learn its version: the job kept it
+
+
+def test_a_second_epoch_over_the_files_api_sends_no_request(files_api):
+    many(files_api, 10)
+    stream = RowStream(files_api.path("m"), media={"image": "image"})
     first = [read(r["image"]) for r in stream]
-    for i in range(40):  # unreadable now: only their cached copies can serve
-        os.chmod(volume.local(f"m/img/{i}.png"), 0)
-    try:
-        assert [read(r["image"]) for r in stream] == first
-    finally:
-        for i in range(40):
-            os.chmod(volume.local(f"m/img/{i}.png"), 0o644)
+    files_api.server.clear_trace()
+    assert [read(r["image"]) for r in stream] == first
+    assert files_api.server.trace == []  # no HEAD of a medium for its version: the job kept it
+
+
+def test_a_medium_changed_is_read_afresh_by_the_next_job(volume):
+    many(volume, 4)
+    options = dict(media={"image": "image"})
+    stream = RowStream(volume.path("m"), **options)
+    assert read(next(iter(stream))["image"]) == png(0)
+    volume.write("m/img/0.png", png(99))
+    assert read(next(iter(stream))["image"]) == png(0)  # within a job, each medium as the job first read it
+    assert read(next(iter(RowStream(volume.path("m"), **options)))["image"]) == png(99)
+    stream.cache.clear()
+    assert read(next(iter(stream))["image"]) == png(99)  # a copy fetched again is of the medium as it is now
 
 
 def test_columns_chosen_by_their_row_names(volume):
@@ -413,6 +466,30 @@ def test_hf_a_list_of_images_and_media_dir(volume):
     assert rows[0]["messages"] == [{"role": "user", "content": "hi"}]
 
 
+def test_hf_features_given_with_media_columns(volume):
+    image_folder(volume)
+    features = datasets.Features({"image": datasets.Image(), "caption": datasets.Value("string")})
+    ds = datasets.load_dataset("uc-volume", data_dir=volume.path("imgs"), features=features, streaming=True,
+                               split="train")
+    assert [(r["image"].size, r["caption"]) for r in ds] == [((4 + i, 3), f"train {i}") for i in range(6)]
+    paths = datasets.Features({"image": datasets.Value("string"), "caption": datasets.Value("string")})
+    ds = datasets.load_dataset("uc-volume", data_dir=volume.path("imgs"), features=paths, streaming=True,
+                               split="test")
+    assert [read(r["image"]) for r in ds] == [png(100), png(101)]  # given as a string: the copy's path
+    for i in range(3):
+        volume.write(f"s/images/{i}.png", png(i))
+    volume.write("s/chat.jsonl", jsonl([{"messages": [{"role": "user", "content": "hi"}], "images": ["0.png", "1.png"],
+                                         "n": 1}]))
+    chat = datasets.Features({"messages": datasets.List({"role": datasets.Value("string"),
+                                                         "content": datasets.Value("string")}),
+                              "images": datasets.List(datasets.Image()), "n": datasets.Value("float64")})
+    [row] = datasets.load_dataset("uc-volume", data_dir=volume.path("s"), media={"images": "image"},
+                                  media_dir="images", features=chat, streaming=True, split="train")
+    assert [im.size for im in row["images"]] == [(4, 3), (5, 3)] and row["n"] == 1.0
+    with pytest.raises(OptionError, match=r"features= \(schema=\) lacks the media column 'image'"):
+        resolve_source(volume.path("imgs"), schema=pa.schema([("caption", pa.string())]))
+
+
 def test_hf_non_streaming_rows_carry_the_bytes(volume):
     image_folder(volume)
     ds = datasets.load_dataset("uc-volume", data_dir=volume.path("imgs"), split="test")
@@ -440,3 +517,20 @@ def test_ray_rows_with_local_paths(volume, ray_cluster):
     rows = sorted(ds.take_all(), key=lambda r: r["id"])
     assert [read(r["image"]) for r in rows] == [png(i) for i in range(5)]
     assert ds.select_columns(["id", "image"]).take(1)[0].keys() == {"id", "image"}
+
+
+@pytest.mark.slow
+def test_ray_media_as_bytes(volume, ray_cluster):
+    from air_ray import UCVolumeDatasource, read_uc_volume
+
+    llava(volume)
+    ds = read_uc_volume(volume.path("llava"), media={"image": "image"}, media_dir="images", include_bytes=True)
+    assert ds.schema().base_schema.field("image").type == pa.binary()
+    assert [r["image"] for r in sorted(ds.take_all(), key=lambda r: r["id"])] == [png(i) for i in range(5)]
+    for i in range(3):
+        volume.write(f"d/{i}.png", png(i))
+    volume.write("d/r.jsonl", jsonl([{"images": ["0.png", "2.png"], "k": 0}, {"images": None, "k": 1},
+                                     {"images": ["1.png"], "k": 2}]))
+    source = UCVolumeDatasource(volume.path("d"), media={"images": "image"}, include_bytes=True)
+    rows = sorted(ray.data.read_datasource(source).take_all(), key=lambda r: r["k"])
+    assert [r["images"] for r in rows] == [[png(0), png(2)], None, [png(1)]]

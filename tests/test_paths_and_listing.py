@@ -251,3 +251,101 @@ def test_volume_rows_are_remembered_boundedly_and_equal_a_fresh_decode():
     assert m._decoded is None
     fresh = m.volume_rows(items)
     assert fresh == first and not any(a[0] is b[0] for a, b in zip(fresh, first))  # decoded again: none kept
+
+
+# -- what a listing looks at: only what it keeps ----------------------------------------------------------
+
+
+@pytest.fixture
+def looked_at(volume, monkeypatch):
+    """The folders a listing opens and the files it stats (volume paths), listed in this process alone."""
+    opened, stated = [], []
+    scandir = os.scandir
+    root = str(volume.local(""))
+
+    def named(path: str) -> str | None:
+        return volume.path(os.path.relpath(path, root)) if path.startswith(root) else None
+
+    class Entry:
+        def __init__(self, entry):
+            self._entry = entry
+
+        def __getattr__(self, name):
+            return getattr(self._entry, name)
+
+        def stat(self, **kwargs):
+            stated.append(named(self._entry.path))
+            return self._entry.stat(**kwargs)
+
+    class Counted:
+        def __init__(self, path):
+            if named(path) is not None:  # not the node cache's own folders
+                opened.append(named(path))
+            self.it = scandir(path)
+
+        def __enter__(self):
+            return (Entry(e) for e in self.it.__enter__())
+
+        def __exit__(self, *exc):
+            return self.it.__exit__(*exc)
+
+    monkeypatch.setattr(listing, "MAX_PROCESSES", 1)
+    monkeypatch.setattr(os, "scandir", Counted)
+    return opened, stated
+
+
+def test_a_file_left_out_costs_no_stat_and_a_folder_excluded_whole_is_not_opened(volume, looked_at):
+    opened, stated = looked_at
+    volume.files("d/images", 9)
+    volume.write("d/a.txt", "a")
+    volume.write("d/b.bin", "b")
+    m = list_folder(volume.path("d"), exclude=["images/*", "*.bin"])
+    assert list(m.paths) == ["a.txt"]
+    assert stated == [volume.path("d/a.txt")]
+    assert opened == [volume.path("d")]
+    stated.clear()
+    assert list(list_folder(volume.path("d"), include="*.txt").paths) == ["a.txt"]
+    assert stated == [volume.path("d/a.txt")]  # nine files under images/ listed by name, none looked at
+
+
+def test_records_beside_media_list_one_medium_of_each_extension_a_folder(volume, looked_at):
+    from air_core.io.listing import list_records
+
+    opened, stated = looked_at
+    for split in ("train", "test"):
+        for i in range(20):
+            volume.write(f"ds/{split}/img/{i:02d}.png", b"p")
+        volume.write(f"ds/{split}/img/notes.txt", "n")
+        volume.write(f"ds/{split}/metadata.jsonl", "{}\n")
+        volume.write(f"ds/{split}/extra.csv", "a\n1\n")
+    volume.write("ds/README.md", "r")
+    m = list_records(volume.path("ds"), metadata=["metadata.jsonl"], records=[".jsonl", ".csv"])
+    expected = ["README.md"] + [f"{s}/{f}" for s in ("test", "train")
+                                for f in ("extra.csv", "img/00.png", "img/notes.txt", "metadata.jsonl")]
+    assert list(m.paths) == expected
+    assert sorted(stated) == sorted(volume.path(f"ds/{p}") for p in expected)  # 40 images: 2 stats
+    assert len(opened) == 5  # every folder is read, for the names
+    assert list_records(volume.path("ds"), metadata=["metadata.jsonl"], records=[".jsonl"]).fingerprint == \
+        list_records(volume.path("ds"), metadata=["metadata.jsonl"], records=[".jsonl"]).fingerprint
+
+
+def test_records_that_name_media_are_listed_without_the_media(volume, looked_at):
+    from air_core import resolve_source
+
+    opened, stated = looked_at
+    for i in range(12):
+        volume.write(f"llava/images/part{i % 3}/{i}.png", b"p")
+    volume.write("llava/chat.jsonl", '{"image": "part0/0.png"}\n')
+    volume.write("llava/notes.txt", "n")
+    source = resolve_source(volume.path("llava"), media={"image": "image"}, media_dir="images")
+    assert list(source.manifest.paths) == ["chat.jsonl"]
+    assert opened == [volume.path("llava")]  # the media folder is never opened
+    assert stated == [volume.path("llava/chat.jsonl")]
+    opened.clear(), stated.clear()
+    volume.write("hf/metadata.jsonl", '{"file_name": "a/0.png"}\n')
+    for i in range(30):
+        volume.write(f"hf/a/{i}.png", b"p")
+    source = resolve_source(volume.path("hf"))
+    assert list(source.manifest.paths) == ["metadata.jsonl"]
+    assert source.reader.media() == {"image": "image"}
+    assert sorted(stated) == [volume.path("hf/a/0.png"), volume.path("hf/metadata.jsonl")]

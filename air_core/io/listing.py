@@ -19,6 +19,14 @@ Names starting with `.` or `_` are skipped at every level (`_delta_log`,
 inside the volume; a symlinked folder is listed once however many links lead to
 it (within one process: a link into a subtree that another worker lists is
 listed under both names).
+
+Only what is kept costs a `stat`: a file the selection leaves out is known by
+its name alone, and a folder an exclude glob covers whole (`images/*`) is
+never opened. `list_records` lists a tree of records beside the media they
+name (Hugging Face's folder layout) with a `stat` of only a few media: in a
+folder that holds a metadata file, and in every folder under it, the files of
+a records format are listed, and of the others only the first of each
+extension, to stand for the rest.
 """
 
 from __future__ import annotations
@@ -49,7 +57,12 @@ MAX_PROCESSES = 8
 # listing ~0.4 s (measured, 10^6 files over 2 workers).
 _WORKER = "import gc; gc.disable(); from air_core.io.listing import _worker; _worker()"
 
-Folder = tuple[str, str, str]  # (local path, path relative to the listed folder with a trailing "/", real path)
+# (local path, path relative to the listed folder with a trailing "/", real path, whether it lies in or under a folder
+# that holds a metadata file of `list_records`)
+Folder = tuple[str, str, str, bool]
+# (include globs, exclude globs, endings a kept file has, metadata files' names, endings of records files)
+Selection = tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...], tuple[str, ...], tuple[str, ...]]
+Part = tuple[list[str], np.ndarray, np.ndarray]  # a part of a listing: (paths, sizes, mtimes)
 
 
 def list_folder(
@@ -73,17 +86,44 @@ def list_folder(
             under it leads outside the volume.
         EmptyVolumeError: no file matched.
     """
+    return _listed(path, (_patterns(include), _patterns(exclude), _suffixes(extensions), (), ()))
+
+
+def list_records(
+    path: str | volume.VolumePath,
+    *,
+    metadata: Sequence[str],
+    records: Sequence[str],
+    include: str | Sequence[str] | None = None,
+    exclude: str | Sequence[str] | None = None,
+    extensions: Sequence[str] | None = None,
+) -> Manifest:
+    """List a volume folder as `list_folder` does, but not the media beside a metadata file.
+
+    In a folder that holds a file named one of `metadata` (case-insensitive),
+    and in every folder under it, the files whose names end with none of
+    `records` are listed only as the first of each extension (by name), which
+    stands for the others: they cost no `stat`. A tree of records beside 10^7
+    images in 10^4 folders is then read as its folders' names, its records
+    files and 10^4 images.
+
+    Raises:
+        VolumePathError, EmptyVolumeError: as `list_folder`.
+    """
+    return _listed(path, (_patterns(include), _patterns(exclude), _suffixes(extensions),
+                          tuple(n.lower() for n in metadata), tuple(r.lower() for r in records)))
+
+
+def _listed(path: str | volume.VolumePath, selection: Selection) -> Manifest:
     vp = volume.parse(path)
     volume.require_dir(vp)
-    inc, exc = _patterns(include), _patterns(exclude)
-    suffixes = tuple("." + e.lower().lstrip(".") for e in extensions or ())
     api = transport.remote()
     top = vp.local if api is not None else os.path.realpath(vp.local)
-    walk = _Walk(vp, (inc, exc, suffixes), {top})
+    walk = _Walk(vp, selection, {top})
     # Over the Files API a folder costs a request, not the lister's CPU: threads alone keep up.
     processes = 1 if api is not None else min(_cores(), MAX_PROCESSES)
     with tqdm(desc=f"listing {vp.path}", unit=" files", delay=PROGRESS_AFTER_SECONDS, leave=False) as bar:
-        left = walk.run([(vp.local, "", top)], LIST_THREADS, bar,
+        left = walk.run([(vp.local, "", top, False)], LIST_THREADS, bar,
                         until=time.monotonic() + HAND_OFF_SECONDS if processes > 1 else None)
         handed = _in_processes(walk, left, processes, bar) if left else []
         if handed is None:  # no process can be started here: the rest in this one
@@ -91,8 +131,9 @@ def list_folder(
             handed = []
     parts = [walk.columns(), *handed]
     if not any(len(sizes) for _, sizes, _ in parts):
+        inc, exc, suffixes = selection[:3]
         what = f" matching include={list(inc)} exclude={list(exc)}" if inc or exc else ""
-        what += f" with file_extensions={list(extensions)}" if extensions else ""
+        what += f" with file_extensions={[e.lstrip('.') for e in suffixes]}" if suffixes else ""
         raise EmptyVolumeError(
             f"{vp.path} holds no file{what} (names starting with '.' or '_' are skipped); "
             "check the path and the patterns"
@@ -105,11 +146,11 @@ def list_folder(
 class _Walk:
     """The files found so far under one folder, and the real folders listed (so that links do not loop)."""
 
-    def __init__(self, vp: volume.VolumePath, selection: tuple, seen: set[str]) -> None:
+    def __init__(self, vp: volume.VolumePath, selection: Selection, seen: set[str]) -> None:
         self.vp, self.selection, self.seen = vp, selection, seen
         self.files: list[tuple[str, int, int]] = []
 
-    def columns(self) -> tuple[list[str], np.ndarray, np.ndarray]:
+    def columns(self) -> Part:
         """The files found, sorted by path, as (paths, sizes, mtimes): a part of a listing, to join others."""
         self.files.sort()
         paths, sizes, mtimes = zip(*self.files) if self.files else ((), (), ())
@@ -117,14 +158,13 @@ class _Walk:
 
     def run(self, folders: list[Folder], threads: int, bar: tqdm | None, until: float | None = None) -> list[Folder]:
         """List `folders` and every folder under them; past `until`, return the ones not opened yet instead."""
-        inc, exc, suffixes = self.selection
         waiting, pending, handing_off = list(folders), set[Future](), False
         with ThreadPoolExecutor(threads, thread_name_prefix="air-list") as pool:
             while pending or waiting:
                 # No more in flight than threads: the folders not opened yet stay here, to hand off.
                 if not handing_off:
                     while waiting and len(pending) < threads:
-                        pending.add(pool.submit(_scan, self.vp, *waiting.pop()))
+                        pending.add(pool.submit(_scan, self.vp, self.selection, *waiting.pop()))
                 if not pending:
                     break
                 timeout = None if until is None or handing_off else max(0.0, until - time.monotonic())
@@ -133,8 +173,6 @@ class _Walk:
                     files, dirs = fut.result()
                     if bar is not None:
                         bar.update(len(files))
-                    if inc or exc or suffixes:
-                        files = [f for f in files if _selected(f[0], inc, exc, suffixes)]
                     self.files += files
                     for folder in dirs:
                         if folder[2] not in self.seen:  # a symlinked folder must not loop
@@ -145,8 +183,7 @@ class _Walk:
         return waiting
 
 
-def _in_processes(walk: _Walk, folders: list[Folder], processes: int,
-                  bar: tqdm) -> list[tuple[list[str], np.ndarray, np.ndarray]] | None:
+def _in_processes(walk: _Walk, folders: list[Folder], processes: int, bar: tqdm) -> list[Part] | None:
     """The files under `folders`, listed by worker processes, a share of the folders each: (paths, sizes, mtimes).
 
     None if no worker could be started (a sandbox without `fork`, a missing interpreter).
@@ -222,6 +259,10 @@ def _patterns(p: str | Sequence[str] | None) -> tuple[str, ...]:
     return (p,) if isinstance(p, str) else tuple(p)
 
 
+def _suffixes(extensions: Sequence[str] | None) -> tuple[str, ...]:
+    return tuple("." + e.lower().lstrip(".") for e in extensions or ())
+
+
 def _selected(rel: str, include: tuple[str, ...], exclude: tuple[str, ...], suffixes: tuple[str, ...]) -> bool:
     if suffixes and not rel.lower().endswith(suffixes):
         return False
@@ -230,35 +271,75 @@ def _selected(rel: str, include: tuple[str, ...], exclude: tuple[str, ...], suff
     return not any(fnmatch.fnmatchcase(rel, g) for g in exclude)
 
 
-def _scan(vp: volume.VolumePath, local_dir: str, rel_dir: str, real_dir: str):
-    """List one folder (whose real path is `real_dir`): files as (rel, size, mtime), sub-folders as `Folder`s."""
+def _covered(rel_dir: str, exclude: tuple[str, ...]) -> bool:
+    """Whether an exclude glob leaves out every file under the folder `rel_dir` (with its trailing "/"): one that
+    ends with `*` whose rest matches the folder itself (`images/*`, `*/cache*`)."""
+    return any(g.endswith("*") and fnmatch.fnmatchcase(rel_dir, g[:-1]) for g in exclude)
+
+
+def _scan(vp: volume.VolumePath, selection: Selection, local_dir: str, rel_dir: str, real_dir: str, beside: bool):
+    """List one folder (whose real path is `real_dir`): the files `selection` keeps as (rel, size, mtime), and the
+    sub-folders to list as `Folder`s. Only the files kept cost a `stat`; `beside`: the folder lies under one that
+    holds a metadata file (see `list_records`)."""
+    inc, exc, suffixes, metadata, records = selection
     api = transport.remote()
     if api is not None:
         found, folders = api.list(local_dir)
-        return ([(f"{rel_dir}{name}", size, mtime) for name, size, mtime in found if name[0] not in "._"],
-                [(f"{local_dir}/{n}", f"{rel_dir}{n}/", f"{local_dir}/{n}") for n in folders if n[0] not in "._"])
-    files, dirs = [], []
-    with os.scandir(local_dir) as it:
-        for e in it:
-            if e.name[0] in "._":
-                continue
-            rel = f"{rel_dir}{e.name}"
-            if e.is_symlink():
-                real = volume.check_inside(vp, e.path)
-                st = os.stat(real)
-                if os.path.isdir(real):
-                    dirs.append((e.path, rel + "/", real))
-                else:
-                    files.append((rel, st.st_size, st.st_mtime_ns))
-            elif e.is_dir():
-                dirs.append((e.path, rel + "/", f"{real_dir}/{e.name}"))  # no link on the way: no syscall to resolve it
-            else:
-                try:
-                    st = e.stat()
-                except FileNotFoundError:  # removed since the folder was read: not listed, as if read after
+        names = [(name, (size, mtime)) for name, size, mtime in found if name[0] not in "._"]
+        dirs = [(f"{local_dir}/{n}", f"{rel_dir}{n}/", f"{local_dir}/{n}") for n in folders if n[0] not in "._"]
+    else:
+        names, dirs = [], []
+        with os.scandir(local_dir) as it:
+            for e in it:
+                if e.name[0] in "._":
                     continue
-                files.append((rel, st.st_size, st.st_mtime_ns))
-    return files, dirs
+                rel = f"{rel_dir}{e.name}"
+                if e.is_symlink():  # every link is checked, kept or not: none may lead out of the volume
+                    real = volume.check_inside(vp, e.path)
+                    if os.path.isdir(real):
+                        dirs.append((e.path, rel + "/", real))
+                    else:
+                        names.append((e.name, real))
+                elif e.is_dir():
+                    dirs.append((e.path, rel + "/", f"{real_dir}/{e.name}"))  # no link on the way: no syscall
+                else:
+                    names.append((e.name, e))
+    if inc or exc or suffixes:
+        names = [(name, entry) for name, entry in names if _selected(f"{rel_dir}{name}", inc, exc, suffixes)]
+    beside = beside or any(name.lower() in metadata for name, _ in names)
+    if beside:
+        names = _standing_for_media(names, records)
+    files = []
+    for name, entry in names:
+        try:
+            files.append((f"{rel_dir}{name}", *_version(entry)))
+        except FileNotFoundError:  # removed since the folder was read: not listed, as if read after
+            continue
+    return files, [(*d, beside) for d in dirs if not _covered(d[1], exc)]
 
 
-__all__ = ["list_folder"]
+def _standing_for_media(names: list[tuple[str, object]], records: tuple[str, ...]) -> list[tuple[str, object]]:
+    """Of a folder's `names` beside a metadata file, those to list: every one of a records format (ending with one
+    of `records`), and of the others the first of each extension by name."""
+    out, extensions = [], set()
+    for name, entry in sorted(names, key=lambda n: n[0]):
+        lowered = name.lower()
+        if not lowered.endswith(records):
+            ext = os.path.splitext(lowered)[1]
+            if ext in extensions:
+                continue
+            extensions.add(ext)
+        out.append((name, entry))
+    return out
+
+
+def _version(entry: tuple[int, int] | str | os.DirEntry) -> tuple[int, int]:
+    """A file's (size, mtime): as its folder's listing gave them (the Files API), or from a `stat` of its real
+    path (a link) or of its folder entry."""
+    if isinstance(entry, tuple):
+        return entry
+    st = os.stat(entry) if isinstance(entry, str) else entry.stat()
+    return st.st_size, st.st_mtime_ns
+
+
+__all__ = ["list_folder", "list_records"]

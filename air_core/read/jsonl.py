@@ -1,4 +1,6 @@
-"""JSON Lines: a row per JSON object, one per line (`.jsonl`, `.ndjson`; `.json` with mode="json"), parsed by pyarrow.
+"""JSON: a row per JSON object, parsed by pyarrow: one per line (`.jsonl`, `.ndjson`), or, in a `.json` file (mode="json",
+or with `media=`), the objects of its top-level array or its objects one after another, found by an index
+(`json_array`): LLaVA's and ShareGPT4V's files of GBs are read by ranges, never whole.
 
 Types are inferred from a fixed sample at the start of the listing (the same
 on every process) or given with `schema=` (HF's `features=`); a record that
@@ -45,6 +47,7 @@ class JsonFormat(Format):
     # are used, and their memory goes back to the system, to be faulted in again for the next span: that cost
     # twice the decode (in one process, 2.8-3.8 µs a chat record made and used, against 1.0-1.1 in 256 KiB runs).
     row_run_bytes: ClassVar[int | None] = 256 << 10
+    objects: ClassVar[tuple[str, ...]] = (".json",)
 
     def parse(self, data: Buffer, *, first: bool) -> pa.Table:
         import pyarrow as pa
@@ -186,6 +189,7 @@ class JsonReader(LinesReader):
     label = "JSON Lines"
     extensions = AUTO_EXTENSIONS[mode]
     readable = ("json",)
+    objects = JsonFormat.objects
 
     def format(self) -> JsonFormat:
         return JsonFormat(self.schema())

@@ -12,10 +12,18 @@ ranges of spans are dealt, as the Parquet reader deals row groups.
 A format is a `LinesReader` subclass (its extensions, its schema) and a
 `Format` (how a run of whole records parses into a table, and, where it can,
 straight into Python rows), which travels to the processes that read.
+
+A JSON format's `.json` files are read by their records, not their lines
+(`json_array`): an index of where each top-level object lies, made once per
+node, says which objects each span owns (those that start in it) and how far
+its last one runs on; a span's objects reach the parser one a line, each at its
+offset in the file, and an error names the record by its place in the file
+("object 12"). A compressed `.json` file is read as JSON Lines.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import mmap
 import os
@@ -32,7 +40,7 @@ from ..io.fetch import ordered_map, retrying
 from ..manifest import Manifest
 from ..planning.rows import RowSlice, unit_of
 from ..planning.shares import Planning
-from . import COMPRESSIONS, line_spans
+from . import COMPRESSIONS, json_array, line_spans
 from .line_spans import TAIL_BYTES, Span, Spans, first_record, tail_end
 from .reader import TableReader
 from .row_groups import CountedPart, CountedUnits, Rows, localize, within
@@ -70,10 +78,13 @@ class Format:
         row_run_bytes: where every line is a whole record and `rows` makes them, an unshuffled read's Python
             rows are made from about this many bytes of records at a time, as the consumer reaches them
             (None: a chunk's at once).
+        objects: the name endings of uncompressed files whose records are JSON objects found by an index
+            (`json_array`), not lines.
     """
 
     header: ClassVar[bool] = False
     row_run_bytes: ClassVar[int | None] = None
+    objects: ClassVar[tuple[str, ...]] = ()
 
     def select(self, columns: Sequence[str] | None) -> Format:
         """This format, parsing `columns` alone (None: as it is)."""
@@ -98,8 +109,11 @@ class Format:
 class LinesReader(CountedUnits, TableReader):
     """A format whose files hold one record per line; subclasses name the format and its schema.
 
-    Its `extensions` are the uncompressed files'; each with `.gz` or `.zst` after it is read too.
+    Its `extensions` are the uncompressed files'; each with `.gz` or `.zst` after it is read too. `objects`: as
+    its `Format`'s (known before its schema).
     """
+
+    objects: ClassVar[tuple[str, ...]] = ()
 
     refused = dict.fromkeys(
         ("decode", "labels", "include_bytes"),
@@ -148,11 +162,20 @@ class LinesReader(CountedUnits, TableReader):
         """Every span with its records counted (as they read with on_error="skip"): each span read once, through
         the node cache, by this process."""
         def make() -> list[Span]:
-            m, fmt, units = self.source.manifest, self.format(), self.units()
-            counts = [sum(_parse(fmt, _Where(m, unit, base, lines, self.source.local), parts, "count").num_rows
-                          for base, lines, parts in chunks)
-                      for unit, chunks in _records(m, units, Cache(self.source.cache_dir), self.source.local)]
-            return [replace(u, num_rows=n) for u, n in zip(units, counts)]
+            m, fmt, units, cache = self.source.manifest, self.format(), self.units(), Cache(self.source.cache_dir)
+            indexed = np.flatnonzero(m.paths.endswith(self.objects)).tolist() if self.objects else []
+            # A `.json` file's spans are counted by its index; a line file's by a parse of each.
+            counts = {}
+            for k in indexed:
+                index = _object_index(m, k, cache, self.source.local)
+                for unit in units.of_files([k]):
+                    i, j = index.within(unit.start, unit.stop)
+                    counts[unit] = j - i
+            rest = [u for u in units if u not in counts]
+            for unit, chunks in _records(m, rest, cache, self.source.local):
+                counts[unit] = sum(_parse(fmt, _Where(m, unit, base, lines, self.source.local), parts,
+                                          "count").num_rows for base, lines, parts in chunks)
+            return [replace(u, num_rows=counts[u]) for u in units]
 
         return self.source.held("counted", make)
 
@@ -179,7 +202,7 @@ class LinesReader(CountedUnits, TableReader):
         firsts = self.units().firsts()
         m = self.source.manifest
         for unit, chunks in _records(m, firsts, Cache(self.source.cache_dir), self.source.local,
-                                     ahead_bytes=SAMPLE_BYTES):
+                                     ahead_bytes=SAMPLE_BYTES, objects=self.objects):
             parts = next(chunks, (0, 0, ()))[2]
             cut = _head(parts, SAMPLE_BYTES - held)
             if len(cut) < sum(len(p) for p in parts):
@@ -265,16 +288,19 @@ def _runs(manifest: Manifest, pieces: Sequence[Piece], cache: Cache, fmt: Format
     """`read_spans`, each run made by `parse` (a table, or Python rows) and reordered by `take`; `run_bytes`: the
     runs cut into pieces of whole records of about that many bytes, each parsed as the consumer reaches it."""
     units = [unit_of(p) for p in pieces]
-    for index, (piece, (unit, chunks)) in enumerate(zip(pieces, _records(manifest, units, cache, local_root))):
+    for index, (piece, (unit, chunks)) in enumerate(zip(pieces, _records(manifest, units, cache, local_root,
+                                                                          objects=fmt.objects))):
         path = manifest.volume_path(unit.file)
         lo, hi = (piece.start, piece.stop) if isinstance(piece, RowSlice) else (0, None)
         if run_bytes is not None:
             chunks = _cut(chunks, run_bytes, counted=unit.whole and compression(path) is not None)
+        objects = json_array.held(_index_file(manifest, unit.file, cache)) \
+            if _indexed(manifest, unit.file, fmt.objects) else None
         done = 0
         for k, (base, lines, parts) in enumerate(chunks):
             if hi is not None and done >= hi:
                 break
-            run = parse(fmt, _Where(manifest, unit, base, lines, local_root), parts, on_error, skipped)
+            run = parse(fmt, _Where(manifest, unit, base, lines, local_root, objects), parts, on_error, skipped)
             run, done = within(run, done, lo, hi), done + len(run)
             if planning.shuffle and len(run) > 1:
                 # Seeded by the file's name, not its place in a listing: a Ray task's part renumbers its files.
@@ -290,7 +316,7 @@ Chunks = Iterator[tuple[int, int, tuple[Buffer, ...]]]
 
 
 def _records(manifest: Manifest, units: Iterable[Span], cache: Cache, local_root: str, *,
-             ahead_bytes: int | None = None) -> Iterator[tuple[Span, Chunks]]:
+             ahead_bytes: int | None = None, objects: tuple[str, ...] = ()) -> Iterator[tuple[Span, Chunks]]:
     """(span, its own whole records in runs) for each of `units`, in order, fetched ahead through the node cache:
     up to `SPAN_READS` of them and `ahead_bytes` (default: `SPANS_AHEAD` spans' worth) at once.
 
@@ -299,27 +325,19 @@ def _records(manifest: Manifest, units: Iterable[Span], cache: Cache, local_root
     copy of 16 MB into a fresh process's memory faults in every page, which
     cost a DataLoader worker more than a third of the parse), and its last
     record joined to its run-on. A compressed file decompresses, as it is
-    consumed, into runs of about `CHUNK_BYTES`.
+    consumed, into runs of about `CHUNK_BYTES`. A file whose name ends with one
+    of `objects` is read by its index of JSON objects (`json_array`): a span's
+    objects, one a line.
     """
-    root, paths, sizes, mtimes = manifest.root, manifest.paths, manifest.sizes, manifest.mtimes
-
-    def key(k: int, start: int, stop: int) -> tuple[str, int, int, tuple[int, int] | None]:
-        """The cache's key of bytes [start, stop) of file `k`: its volume path, size, mtime and span (None: whole)."""
-        size = int(sizes[k])
-        return f"{root}/{paths[k]}", size, int(mtimes[k]), None if (start, stop) == (0, size) else (start, stop)
+    paths, sizes = manifest.paths, manifest.sizes
 
     def get(k: int, start: int, stop: int) -> bytes | str:
-        """Bytes [start, stop) of file `k`: the path of their cached copy, or (past a full cache) the bytes."""
-        vpath, size, mtime, span = key(k, start, stop)
-        src = f"{local_root}/{paths[k]}"
+        return _get(manifest, cache, local_root, k, start, stop)
 
-        def once() -> bytes | str:
-            copy = cache.get(src, vpath, size, mtime, span)
-            return read_bytes(src, vpath, size, mtime, span) if copy is None else copy
-
-        return retrying(once, vpath if span is None else f"{vpath} (bytes {start}-{stop})")
-
-    def fetch(unit: Span, get: Callable[[int, int, int], bytes | str]) -> Chunks:
+    def fetch(unit: Span, get: Callable[[int, int, int], bytes | str], index: Callable[[int], json_array.ObjectIndex]
+              ) -> Chunks:
+        if _indexed(manifest, unit.file, objects):
+            return _objects(unit, index(unit.file), int(sizes[unit.file]), get)
         data = get(unit.file, unit.start, unit.stop)
         if unit.whole and (codec := compression(paths[unit.file])) is not None:
             return _decompressed(data, codec, manifest.volume_path(unit.file))
@@ -344,10 +362,17 @@ def _records(manifest: Manifest, units: Iterable[Span], cache: Cache, local_root
 
     def cached(k: int, start: int, stop: int) -> str:
         """Bytes [start, stop) of file `k` as their cached copy's path; `_Miss` where the cache has none."""
-        copy = cache.lookup(*key(k, start, stop))
+        copy = cache.lookup(*_key(manifest, k, start, stop))
         if copy is None:
             raise _Miss
         return copy
+
+    def held(k: int) -> json_array.ObjectIndex:
+        """File `k`'s index of objects, if made; `_Miss` where not."""
+        index = json_array.held(_index_file(manifest, k, cache))
+        if index is None:
+            raise _Miss
+        return index
 
     def hit(unit: Span) -> tuple[Span, Chunks] | None:
         """A unit whose bytes (and run-on) are all cached, taken on the calling thread; None: some are not.
@@ -358,14 +383,74 @@ def _records(manifest: Manifest, units: Iterable[Span], cache: Cache, local_root
         netvol on 2 busy cores), which was then hedged: read twice.
         """
         try:
-            return unit, fetch(unit, cached)
+            return unit, fetch(unit, cached, held)
         except _Miss:
             return None
 
     if ahead_bytes is None:
         ahead_bytes = SPANS_AHEAD * line_spans.SPAN_BYTES
-    yield from ordered_map(lambda unit: (unit, fetch(unit, get)), ((u, u.nbytes) for u in units), threads=SPAN_READS,
-                           max_ahead=SPAN_READS, max_bytes=ahead_bytes, quick=hit)
+    made = functools.partial(_object_index, manifest, cache=cache, local_root=local_root)
+    yield from ordered_map(lambda unit: (unit, fetch(unit, get, made)), ((u, u.nbytes) for u in units),
+                           threads=SPAN_READS, max_ahead=SPAN_READS, max_bytes=ahead_bytes, quick=hit)
+
+
+def _key(manifest: Manifest, k: int, start: int, stop: int) -> tuple[str, int, int, tuple[int, int] | None]:
+    """The cache's key of bytes [start, stop) of file `k`: its volume path, size, mtime and span (None: whole)."""
+    size = int(manifest.sizes[k])
+    return manifest.volume_path(k), size, int(manifest.mtimes[k]), None if (start, stop) == (0, size) else (start,
+                                                                                                          stop)
+
+
+def _get(manifest: Manifest, cache: Cache, local_root: str, k: int, start: int, stop: int) -> bytes | str:
+    """Bytes [start, stop) of file `k`: the path of their cached copy, or (past a full cache) the bytes."""
+    vpath, size, mtime, span = _key(manifest, k, start, stop)
+    src = f"{local_root}/{manifest.paths[k]}"
+
+    def once() -> bytes | str:
+        copy = cache.get(src, vpath, size, mtime, span)
+        return read_bytes(src, vpath, size, mtime, span) if copy is None else copy
+
+    return retrying(once, vpath if span is None else f"{vpath} (bytes {start}-{stop})")
+
+
+def _indexed(manifest: Manifest, k: int, objects: tuple[str, ...]) -> bool:
+    """Whether file `k` is read by its index of objects: its name ends with one of `objects` (uncompressed)."""
+    return bool(objects) and manifest.paths[k].lower().endswith(objects)
+
+
+def _index_file(manifest: Manifest, k: int, cache: Cache) -> str:
+    return json_array.index_file(cache.root, manifest.volume_path(k), int(manifest.sizes[k]), int(manifest.mtimes[k]))
+
+
+def _object_index(manifest: Manifest, k: int, cache: Cache, local_root: str) -> json_array.ObjectIndex:
+    """File `k`'s index of objects: made, where no process of the node made it yet, from its spans fetched through
+    the node cache (the ones its records are read from), several at once."""
+    size = int(manifest.sizes[k])
+
+    def blocks() -> Iterator[memoryview | bytes]:
+        spans = json_array.spans_of(size, line_spans.SPAN_BYTES, 0, size)
+        for data in ordered_map(lambda s: _mapped(_get(manifest, cache, local_root, k, *s)),
+                                ((s, s[1] - s[0]) for s in spans), threads=SPANS_AHEAD, max_ahead=SPANS_AHEAD,
+                                max_bytes=SPANS_AHEAD * line_spans.SPAN_BYTES):
+            yield data
+
+    return json_array.index_of(_index_file(manifest, k, cache), blocks, manifest.volume_path(k))
+
+
+def _objects(unit: Span, index: json_array.ObjectIndex, size: int, get: Callable[[int, int, int], bytes | str]
+             ) -> Chunks:
+    """The objects a span of a `.json` file owns (those that start in it), one a line, each at its offset in the
+    file: read from its copy and the next spans' as far as the last one runs."""
+    i, j = index.within(unit.start, unit.stop)
+    if i == j:
+        return iter(())
+    lo, hi = int(index.starts[i]), int(index.ends[j - 1])
+    parts = []
+    for a, b in json_array.spans_of(size, line_spans.SPAN_BYTES, lo, hi):
+        data = _mapped(get(unit.file, a, b))
+        parts.append(memoryview(data)[max(lo, a) - a:min(hi, b) - a])
+    data = parts[0] if len(parts) == 1 else b"".join(parts)
+    return iter([(lo, -1, (json_array.as_lines(data, index.starts[i:j] - lo, index.ends[i:j] - lo),))])
 
 
 class _Miss(Exception):
@@ -564,10 +649,13 @@ def _why(fmt: Format, line: bytes, first: bool, error: Exception) -> str:
 
 class _Where:
     """Where a run of records lies: its file, its offset there (or in its decompressed bytes) and the newlines
-    before it (-1: not counted yet; counted from the volume on an error alone)."""
+    before it (-1: not counted yet; counted from the volume on an error alone); `objects`: the file's index of
+    objects, where its records are a `.json` file's."""
 
-    def __init__(self, manifest: Manifest, unit: Span, base: int, lines: int, local_root: str) -> None:
+    def __init__(self, manifest: Manifest, unit: Span, base: int, lines: int, local_root: str,
+                 objects: json_array.ObjectIndex | None = None) -> None:
         self.manifest, self.unit, self.base, self.lines, self.local_root = manifest, unit, base, lines, local_root
+        self.objects = objects
 
     def describe(self, data: bytes, at: int, message: str) -> str:
         """`message` about the record at `data[at:]`, with its file, line number and byte offset."""
@@ -576,7 +664,11 @@ class _Where:
         return f"{self.place(data, at)} ({what} {self.base + at}): {message}"
 
     def place(self, data: bytes, at: int) -> str:
-        """The file and line of the record at `data[at:]`: "/Volumes/.../f.jsonl, line 12"."""
+        """The file and line of the record at `data[at:]`: "/Volumes/.../f.jsonl, line 12" (a `.json` file's: its
+        place among the file's objects, "object 12")."""
+        if self.objects is not None:
+            number = int(np.searchsorted(self.objects.starts, self.base + at, side="right"))
+            return f"{self.manifest.volume_path(self.unit.file)}, object {number}"
         if self.lines < 0:
             k = self.unit.file
             self.lines = _count_newlines(transport.open_read(f"{self.local_root}/{self.manifest.paths[k]}",

@@ -9,13 +9,17 @@ a stream delivers, the media it names are resolved against their base folder
 volume, and fetched through the fetch pool and the node cache in record
 order, many at once, ahead of the consumer. A rank fetches only the media of
 its own records and never lists the media: each medium's version (size,
-mtime), its key in the node cache, is read when it is fetched. A medium named
-by several records is fetched once per node.
+mtime), its key in the node cache, is learnt by a `stat` the first time the
+job reads it, and kept for the job's later passes (`media_versions`), which
+then make no call to the volume for a cached medium. A medium named by
+several records is fetched once per node.
 
-A record that names a missing medium is an error naming the records file,
-the record's line (its row, in Parquet) and the missing path; with
-`on_error="skip"` it is left out with a warning and its place is added to the
-stream's `skipped`, as a malformed record is.
+A record that names a missing medium, or an image that does not open as one
+(its header read once a job, where Pillow is installed), is a `MediaError`
+naming the records file, the record's line (its row, in Parquet) and the
+medium's path; with `on_error="skip"` it is left
+out with a warning and its place is added to the stream's `skipped`, as a
+malformed record is.
 """
 
 from __future__ import annotations
@@ -27,12 +31,13 @@ from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
 import numpy as np
 
-from ..errors import FetchError, OptionError, RecordError
+from ..errors import FetchError, MediaError, OptionError
 from ..io import transport
 from ..io.fetch import ordered_map, retrying
 from ..planning.rows import RowSlice, deal_rows, split_rows, unit_of
 from ..planning.shares import Planning, epoch_order
-from . import media_paths
+from . import media_paths, media_versions
+from . import reader_class
 from .files import DEFAULT_FETCH_THREADS, DEFAULT_PREFETCH
 from .media_paths import MediaColumn
 from .reader import Part, TableReader
@@ -60,17 +65,28 @@ RECORDS_AT_ONCE = 64
 
 
 class MediaReader(TableReader):
-    """Records naming media files, read by `records` (the reader of their format); a row per record, each media
-    column holding the local path of its medium's cached copy (a list of them for a list of paths)."""
+    """Records naming media files, read by the reader of their format; a row per record, each media column holding
+    the local path of its medium's cached copy (a list of them for a list of paths).
 
-    def __init__(self, source: Source, records: TableReader) -> None:
+    A `schema=` given (HF's `features=`) is the rows' schema: its media columns, whatever their types there (HF's
+    `Image()` is a struct), are read from the records as paths, under the records' names; its other columns are
+    parsed as given.
+    """
+
+    def __init__(self, source: Source) -> None:
         super().__init__(source)
+        records = reader_class(source.mode)(source.with_options(schema=None))
+        given = source.options.get("schema")
+        if given is not None:
+            media = source.held("media", lambda: source.options["media"].columns(records.schema()))
+            records = reader_class(source.mode)(source.with_options(schema=_records_schema(given, media)))
         self.records = records
         self.mode, self.label, self.counts = records.mode, records.label, records.counts
         self.pieces_per_task = records.pieces_per_task
         self.takes = records.takes + ("media", "media_dir")
-        # A missing medium is skipped with on_error="skip", in every records format.
-        self.refused = {k: v for k, v in records.refused.items() if k != "on_error"}
+        # A missing medium is skipped with on_error="skip", in every records format; a door that gives files' bytes
+        # (Ray's include_bytes) gives the media's.
+        self.refused = {k: v for k, v in records.refused.items() if k not in ("on_error", "include_bytes")}
 
     def __repr__(self) -> str:
         return f"MediaReader({self.records!r})"
@@ -91,6 +107,7 @@ class MediaReader(TableReader):
 
         spec = self.source.options["media"]
         media = self.source.held("media", lambda: spec.columns(self.records.schema()))
+        self._check_given(media)
         by_column = {m.column: m for m in media}
         # A media column holds the local path of each medium's copy, under its name (HF's, in the folder convention).
         schema = pa.schema([f if f.name not in by_column else
@@ -102,8 +119,17 @@ class MediaReader(TableReader):
         folder = self.source.options.get("media_dir")
         vol = "/".join(self.source.path.split("/")[:5])
         local_volume = self.source.local[:len(self.source.local) - len(self.source.path) + len(vol)]
-        plan = MediaPlan(tuple(media), folder, vol, local_volume, schema, None, self.records.mode == "parquet")
+        plan = MediaPlan(tuple(media), folder, vol, local_volume, schema, None, self.records.mode == "parquet",
+                         self.source.job)
         return plan if columns is None else plan.of(columns)
+
+    def _check_given(self, media: Sequence[MediaColumn]) -> None:
+        """Refuse a given schema (HF's `features=`) that lacks a media column the records have."""
+        given = self.source.options.get("schema")
+        missing = [m.name for m in media if given is not None and m.name not in given.names]
+        if missing:
+            raise OptionError(f"features= (schema=) lacks the media column {missing[0]!r}: name it, as "
+                              f"datasets.Image() or the like (its paths are read from the records)")
 
     def schema(self) -> pa.Schema:
         """The records' columns, each media column under its name (HF's, in the folder convention) holding the
@@ -195,6 +221,7 @@ class MediaPlan:
         schema: the rows' schema.
         columns: the records' columns read for these rows; None: all of them.
         tabular: the records are Parquet (a record's place is its row, not its line).
+        job: the source's `job`: the media versions learnt are kept under it.
     """
 
     media: tuple[MediaColumn, ...]
@@ -204,6 +231,7 @@ class MediaPlan:
     schema: pa.Schema
     columns: tuple[str, ...] | None
     tabular: bool
+    job: str
 
     def of(self, columns: Sequence[str]) -> MediaPlan:
         """This plan for the rows' `columns` alone (in that order; names it lacks are left out)."""
@@ -219,27 +247,40 @@ class MediaPlan:
                 prefetch: int = DEFAULT_PREFETCH) -> Iterator[tuple[int, list[dict[str, Any]]]]:
         """(key, rows) for `runs` of (key, records file's volume path, records), in order, each record's media
         fetched ahead by `threads` threads, up to `prefetch` records ahead; a run comes back in runs of up to
-        `RECORDS_AT_ONCE` records (one, first)."""
+        `RECORDS_AT_ONCE` records (one, first). The versions of each run's media learnt by this job are kept
+        (`media_versions`): a later pass over the run asks the volume nothing for a medium cached."""
         def records() -> Iterator[tuple[_Record, int]]:
             for key, vpath, rows in runs:
                 base = self.media_dir or vpath.rsplit("/", 1)[0]
-                for row in rows:
-                    yield _Record(key, vpath, row, self._named(base, row)), 0
+                named = [self._named(base, row) for row in rows]
+                run = _Run.of(key, named, cache.root, self.job)
+                for row, n in zip(rows, named):
+                    yield _Record(run, vpath, row, n), 0
 
         out: list[dict[str, Any]] = []
-        held, most = 0, 1
+        held: _Run | None = None
+        most = 1
         for record in ordered_map(lambda r: self._fetch(r, cache), records(), threads=threads, max_ahead=prefetch,
                                   max_bytes=1 << 62, quick=_refused):
-            if out and (record.key != held or len(out) >= most):
-                yield held, out
+            if held is not record.run:
+                if held is not None:
+                    held.keep(cache.root, self.job)
+                if out:
+                    yield held.key, out
+                    out, most = [], min(2 * most, RECORDS_AT_ONCE)
+                held = record.run
+            elif len(out) >= most:
+                yield held.key, out
                 out, most = [], min(2 * most, RECORDS_AT_ONCE)
-            held = record.key
+            record.run.learn(record)
             if record.problem is not None:
                 self._fail(record, on_error, skipped)
                 continue
             out.append(self._row(record))
-        if out:
-            yield held, out
+        if held is not None:
+            held.keep(cache.root, self.job)
+            if out:
+                yield held.key, out
 
     def _named(self, base: str, row: dict[str, Any]) -> list[tuple[str, str, str]] | tuple[str, str]:
         """(column, the path as named, its volume path) of each medium `row` names, in order; or (the path named,
@@ -255,16 +296,27 @@ class MediaPlan:
         return out
 
     def _fetch(self, record: _Record, cache: Cache) -> _Record:
-        """`record` with the local path of each of its media, fetched; or with its problem: a medium that is
-        missing (or unreadable, a folder) on the volume."""
+        """`record` with the local path of each of its media, fetched, and the versions learnt of those whose
+        version the job did not know yet; or with its problem: a medium that is missing (or unreadable, a
+        folder) on the volume, or an image whose copy does not open as one (its header read where Pillow is
+        installed, the first time the job reads it)."""
         found: dict[str, list[str]] = {}
+        learnt: dict[str, tuple[int, int]] = {}
+        known = record.run.versions
+        kinds = {m.column: m.kind for m in self.media}
         for column, named, vpath in record.named:  # type: ignore[union-attr]
             local = self.local_volume + vpath[len(self.volume):]
             try:
-                found.setdefault(column, []).append(retrying(lambda: _copy(cache, local, vpath), vpath))
+                copy, version = retrying(lambda: _copy(cache, local, vpath, known.get(vpath)), vpath)
             except FetchError as e:
                 return replace(record, problem=(named, f"{vpath}, {_why(e)}"))
-        return replace(record, found=found)
+            if known.get(vpath) != version:  # first read by this job: an image is opened, once a job
+                why = _not_an_image(copy) if kinds[column] == "image" else None
+                if why is not None:
+                    return replace(record, problem=(named, f"{vpath}, which does not open as an image ({why})"))
+                learnt[vpath] = version
+            found.setdefault(column, []).append(copy)
+        return replace(record, found=found, learnt=learnt)
 
     def _row(self, record: _Record) -> dict[str, Any]:
         found = record.found or {}
@@ -290,8 +342,8 @@ class MediaPlan:
             if skipped is not None:
                 skipped.append(place)
             return
-        raise RecordError(f"{said}; fix or remove the record, or pass on_error='skip' to leave out records whose "
-                          "media cannot be read, with a warning")
+        raise MediaError(f"{said}; fix or remove the record, or pass on_error='skip' to leave out records whose "
+                         "media cannot be read, with a warning")
 
 
 class MediaPart(Part):
@@ -332,18 +384,112 @@ class MediaPart(Part):
             yield paths[k], pa.Table.from_pylist(rows, schema=plan.schema)
 
 
+class _Run:
+    """A run of records (what the records reader yields at once) on its way: its key, its media (volume paths,
+    sorted, each once), the versions the job kept for them, and those learnt as its records are fetched."""
+
+    def __init__(self, key: int, media: list[str], versions: dict[str, tuple[int, int]]) -> None:
+        self.key, self.media, self.versions = key, media, versions
+        self.learnt: dict[str, tuple[int, int]] = {}
+        self.whole = True  # every record's media read: what the run learnt may be kept
+
+    @classmethod
+    def of(cls, key: int, named: Sequence[list[tuple[str, str, str]] | tuple[str, str]], root: str,
+           job: str) -> _Run:
+        """The run `key` whose records name `named`, with the versions `job` kept for its media."""
+        media = sorted({v for n in named if isinstance(n, list) for _, _, v in n})
+        kept = media_versions.load(root, job, media_versions.run_key(job, media), len(media)) if media else None
+        return cls(key, media, dict(zip(media, kept)) if kept is not None else {})
+
+    def learn(self, record: _Record) -> None:
+        """Take in what fetching `record` learnt."""
+        if record.problem is not None:
+            self.whole = False
+        elif record.learnt:
+            self.learnt.update(record.learnt)
+
+    def keep(self, root: str, job: str) -> None:
+        """Keep the versions of the run's media for `job`'s later passes, where it learnt some and read them all."""
+        if not self.learnt or not self.whole:
+            return
+        versions = {**self.versions, **self.learnt}
+        media_versions.save(root, job, media_versions.run_key(job, self.media), [versions[v] for v in self.media])
+
+
+def contents(paths: Sequence[str | None]) -> pa.Array:
+    """The bytes of the files at `paths` (local paths; None: a null), as a `binary` array."""
+    import pyarrow as pa
+
+    data = []
+    for path in paths:
+        if path is None:
+            data.append(None)
+            continue
+        with open(path, "rb") as f:
+            data.append(f.read())
+    return pa.array(data, pa.binary())
+
+
+def with_contents(table: pa.Table, names: Sequence[str]) -> pa.Table:
+    """`table` with each column of `names` (local paths of media copies, or lists of them) holding the files'
+    bytes instead (lists of them)."""
+    import pyarrow as pa
+    import pyarrow.types as pt
+
+    for name in names:
+        if name not in table.column_names:
+            continue
+        i, column = table.column_names.index(name), table.column(name).combine_chunks()
+        if pt.is_list(column.type) or pt.is_large_list(column.type):
+            values = contents(column.flatten().to_pylist())
+            # `offsets` index the values `flatten` gives: rebased to start at 0, as a sliced column's may not
+            offsets = pa.compute.subtract(column.offsets, column.offsets[0])
+            array = pa.ListArray.from_arrays(offsets, values, mask=column.is_null())
+        else:
+            array = contents(column.to_pylist())
+        table = table.set_column(i, name, array)
+    return table
+
+
+def contents_schema(schema: pa.Schema, names: Sequence[str]) -> pa.Schema:
+    """`schema` with each column of `names` holding bytes (a list of them) instead of paths, as `with_contents`
+    gives them."""
+    import pyarrow as pa
+    import pyarrow.types as pt
+
+    def of(f: pa.Field) -> pa.Field:
+        if f.name not in names:
+            return f
+        many = pt.is_list(f.type) or pt.is_large_list(f.type)
+        return pa.field(f.name, pa.list_(pa.binary()) if many else pa.binary())
+
+    return pa.schema([of(f) for f in schema])
+
+
 @dataclass(frozen=True)
 class _Record:
-    """A record on its way: its run's key, its records file, its row, the media it names (or the path named and
-    why it may not be read), and, once fetched, their local paths by column (or the path named and what is wrong
-    with its medium)."""
+    """A record on its way: its run, its records file, its row, the media it names (or the path named and why it
+    may not be read), and, once fetched, their local paths by column and the versions learnt (or the path named
+    and what is wrong with its medium)."""
 
-    key: int
+    run: _Run
     vpath: str
     row: dict[str, Any]
     named: list[tuple[str, str, str]] | tuple[str, str]
     found: dict[str, list[str]] | None = None
+    learnt: dict[str, tuple[int, int]] | None = None
     problem: tuple[str, str] | None = None
+
+
+def _records_schema(given: pa.Schema, media: Sequence[MediaColumn]) -> pa.Schema:
+    """The records' schema for rows of schema `given`: each media column under its name in the records, holding a
+    path (a list of them), the other columns as given."""
+    import pyarrow as pa
+
+    by_name = {m.name: m for m in media}
+    return pa.schema([f if f.name not in by_name else
+                      pa.field(by_name[f.name].column, pa.list_(pa.string()) if by_name[f.name].many else pa.string())
+                      for f in given])
 
 
 def _cut(units: Sequence[Any], most: int) -> list[RowSlice]:
@@ -369,17 +515,42 @@ def _refused(record: _Record) -> _Record | None:
     return None if record.named else replace(record, found={})
 
 
-def _copy(cache: Cache, local: str, vpath: str) -> str:
-    """The local path of the cached copy of the medium at `local` (`vpath` on the volume), fetched first if
-    needed; its version (size, mtime) read from the volume now: the media are never listed."""
-    size, mtime = transport.stat(local)
-    entry = cache.get(local, vpath, size, mtime)
+def _copy(cache: Cache, local: str, vpath: str, known: tuple[int, int] | None) -> tuple[str, tuple[int, int]]:
+    """(the local path of the cached copy of the medium at `local` (`vpath` on the volume), fetched first if
+    needed; its version). `known`: the version the job read it at, which finds a cached copy with no call to the
+    volume; None, or a copy to fetch of a medium changed since: its version is read from the volume (the media
+    are never listed)."""
+    if known is not None:
+        try:
+            return _cached(cache, local, vpath, known), known
+        except OSError:  # changed, or gone, since the job first read it: looked at afresh
+            pass
+    version = transport.stat(local)
+    return _cached(cache, local, vpath, version), version
+
+
+def _cached(cache: Cache, local: str, vpath: str, version: tuple[int, int]) -> str:
+    entry = cache.get(local, vpath, *version)
     if entry is not None:
         return entry
     if transport.remote() is not None:
         raise FetchError(0, f"{vpath} was not admitted to the full node cache, and over the Files API it has no "
                          "local path: raise cache_limit, or free room in the cache folder")
     return local  # past a full cache, the volume's own file
+
+
+def _not_an_image(path: str) -> str | None:
+    """Why the file at `path` does not open as an image (its header read); None: it does, or Pillow is not here
+    to tell."""
+    try:
+        from PIL import Image
+    except ImportError:
+        return None
+    try:
+        with Image.open(path):
+            return None
+    except Exception as e:  # noqa: BLE001 - any failure to open it is the reason, in Pillow's words
+        return f"{type(e).__name__}: {e}"
 
 
 def _why(error: FetchError) -> str:
@@ -413,4 +584,4 @@ def _place(vpath: str, named: str, local: str, tabular: bool, columns: tuple[str
     return vpath
 
 
-__all__ = ["MediaPart", "MediaPlan", "MediaReader"]
+__all__ = ["MediaPart", "MediaPlan", "MediaReader", "contents", "contents_schema", "with_contents"]
