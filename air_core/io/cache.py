@@ -21,6 +21,12 @@ Admission, not eviction, keeps the cache within its byte cap and the disk's
 free reserve: once full, new files are not admitted (they are streamed from
 the volume instead). Under epochs that cycle over more data than fits, LRU
 eviction would drive the hit rate to zero; freezing keeps it at cap/data.
+The cap is the node cache's, not a handle's: every handle on the node, capped
+or not, reserves a copy's bytes in one ledger before copying, and one made
+without a cap (a reader inside the library) keeps to the cap the last capped
+handle recorded there (`air_core.io.cache_ledger`: reservations of killed
+processes given back, the count after a reboot made without the ledger's
+lock). A hit never reads the ledger.
 `prune` removes entries unused for a while, and the least recently used ones
 when the cache is over its cap (a lowered cap, old datasets), sparing entries
 used in the last hour; `clear` removes everything; `info` says what is held.
@@ -46,9 +52,15 @@ small file); a `verify` hit on such a copy fetches it again, with one.
 
 What a crash leaves is repaired by the cache itself: a damaged entry on its
 next hit; a `.part` file by the next fetch of its file, or by `prune` (one
-whose lock is free is no copy in progress); the usage ledger, kept with the
-boot it was written in, is counted again from the disk when it is torn or
-older than the last boot, and `prune` rewrites it from what it finds.
+whose lock is free is no copy in progress); the ledger, kept with the boot it
+was written in, is counted again from the disk when it is torn or older than
+the last boot, and by `prune`; a killed process's reservations are given back
+once its lock is free.
+
+A process forked from one that used a handle (a DataLoader worker) can use
+it: the handle's locks, fetches in flight and counters are made anew in the
+child, and the child holds none of the file locks its parent's threads held
+(`air_core.io.node_lock.lock_file`).
 
 The data is governed: the folder is 0700 and every file 0600.
 """
@@ -56,7 +68,6 @@ The data is governed: the folder is 0700 and every file 0600.
 from __future__ import annotations
 
 import errno
-import fcntl
 import functools
 import hashlib
 import logging
@@ -70,7 +81,7 @@ from array import array
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import TYPE_CHECKING, Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Iterable, Iterator
 
 import numpy as np
 import xxhash
@@ -78,7 +89,9 @@ import xxhash
 from .. import options
 from ..errors import FetchError, OptionError
 from . import transport
+from .cache_ledger import Ledger
 from .fetch import ordered_map
+from .node_lock import lock_file, unlock_file
 
 if TYPE_CHECKING:
     from .files_api import FilesApi
@@ -161,7 +174,9 @@ class Cache:
 
     Args:
         root: the cache folder (default: `default_dir()`).
-        limit_bytes: cap on the bytes held; None for no cap.
+        limit_bytes: cap on the bytes the node's cache holds, recorded there
+            whenever this handle asks to admit a copy; None: keep to the cap the last
+            capped handle recorded, if any.
         reserve_bytes: free space to leave on the disk (default: 10% of it).
         verify: on every hit, hash the copy's bytes against the checksum
             recorded when it was copied, not only its length (costs a read of
@@ -173,7 +188,8 @@ class Cache:
                  reserve_bytes: int | None = None, verify: bool = False) -> None:
         self.root = os.path.abspath(root or default_dir())
         if limit_bytes is not None and limit_bytes < 0:
-            raise OptionError(f"cache_limit={limit_bytes}: give a number of bytes >= 0, or None for no cap")
+            raise OptionError(f"cache_limit={limit_bytes}: give a number of bytes >= 0, or None to keep to the node "
+                              "cache's cap")
         options.flag("verify", verify)
         self.limit_bytes = limit_bytes
         self.verify = verify
@@ -193,18 +209,25 @@ class Cache:
         if reserve_bytes is None:
             reserve_bytes = shutil.disk_usage(self.root).total // 10
         self.reserve_bytes = reserve_bytes
+        self._start()
+        _handles.add(self)
+        self._remote = transport.remote()  # once, not per copy: which transport is a few environment lookups
+        objects = self._objects  # the count holds no reference to the handle: a handle goes with its last user
+        self._ledger = Ledger(self.root, lambda: int(_survey(objects)[1].sum()))
+        self._damage_log = os.path.join(self.root, "damaged")
+        if verify:
+            _require_attributes(os.path.join(self.root, "usage"))
+        if limit_bytes is not None and self.usage() > limit_bytes:
+            self.prune()
+
+    def _start(self) -> None:
+        """The handle's state in this process: made anew in a process forked from one that used it, whose
+        threads (and the fetches, locks and counts they held) do not exist there."""
         self.stats = CacheStats()
         self._lock = threading.Lock()
         self._free: int | None = None
-        self._fetching: set[str] = set()  # entries this process is copying now
-        self._remote = transport.remote()  # once, not per copy: which transport is a few environment lookups
         self._unchecked = 0
-        self._usage_file = os.path.join(self.root, "usage")
-        self._damage_log = os.path.join(self.root, "damaged")
-        if verify:
-            _require_attributes(self._usage_file)
-        if limit_bytes is not None and self.usage() > limit_bytes:
-            self.prune()
+        self._fetching: set[str] = set()  # entries this process is copying now
 
     @staticmethod
     def _ensure_private(root: str) -> None:
@@ -303,16 +326,9 @@ class Cache:
             if not self._reserve(length):
                 self._count(not_admitted=1)
                 return None
-            try:
-                # A stale .part of this key holds at most `length` bytes (size and span are in the
-                # key), so writing `length` bytes from offset 0 leaves exactly the entry.
-                _record(fd, length, copy_into(source, volume_path, size, mtime_ns, fd, span, checksum=self.verify,
-                                              remote=self._remote))
-                won = _publish(part, entry)
-            except BaseException:
-                self._reserve(-length)
-                raise
-        self._settle(won, length)
+            # A stale .part of this key holds at most `length` bytes (size and span are in the
+            # key), so writing `length` bytes from offset 0 leaves exactly the entry.
+            self._copy_counted(source, volume_path, size, mtime_ns, span, fd, part, entry)
         return entry
 
     def _adopt(self, earlier: str, entry: str, length: int) -> bool:
@@ -342,26 +358,41 @@ class Cache:
             return None
         fd, name = _private_file(os.path.dirname(entry), os.path.basename(entry))
         try:
-            _record(fd, length, copy_into(source, volume_path, size, mtime_ns, fd, span, checksum=self.verify,
-                                          remote=self._remote))
-            won = _publish(name or f"/proc/self/fd/{fd}", entry)
-        except BaseException:
-            self._reserve(-length)
-            raise
+            won = self._copy_counted(source, volume_path, size, mtime_ns, span, fd, name or f"/proc/self/fd/{fd}",
+                                     entry)
         finally:
             os.close(fd)
             if name:
                 _unlink(name)
-        self._settle(won, length)
         # Losing to a damaged copy that the first request has not removed yet: serve from the volume.
         return entry if won or self._fault(entry, length) is None else None
 
-    def _settle(self, won: bool, size: int) -> None:
-        """Count a copy that became the entry; give back the room of one that came second."""
+    def _copy_counted(self, source: str, volume_path: str, size: int, mtime_ns: int, span: Span | None, fd: int,
+                      copy: str, entry: str) -> bool:
+        """Copy into `fd` (named `copy`), its bytes reserved already; count them as held, then publish it (see
+        `_publish`). True if it became the entry; else (it came second) its bytes are taken off the ledger
+        again, as they are given back if the copy fails.
+
+        Counted first: a process killed between the two leaves bytes counted
+        that no copy holds, never a copy uncounted.
+        """
+        length = _length(size, span)
+        try:
+            _record(fd, length, copy_into(source, volume_path, size, mtime_ns, fd, span, checksum=self.verify,
+                                          remote=self._remote))
+        except BaseException:
+            self._ledger.release(length)
+            raise
+        self._ledger.commit(length)
+        won = False
+        try:
+            won = _publish(copy, entry)
+        finally:
+            if not won:
+                self._ledger.remove(length)
         if won:
-            self._count(misses=1, bytes_fetched=size)
-        else:
-            self._reserve(-size)
+            self._count(misses=1, bytes_fetched=length)
+        return won
 
     def _fault(self, entry: str, length: int) -> str | None:
         """None if the copy at `entry` is sound, and then its use is recorded; else what is wrong (`_ABSENT`: none).
@@ -400,7 +431,7 @@ class Cache:
             os.unlink(entry)
         except FileNotFoundError:
             return
-        self._reserve(-held)
+        self._ledger.remove(held)
         if fault == _UNCHECKED:
             return
         self._count(damaged=1)
@@ -421,40 +452,43 @@ class Cache:
             return 0
 
     def usage(self) -> int:
-        """Bytes held, as recorded in the shared ledger (counted from the disk when it cannot be trusted)."""
-        with self._ledger() as (read, _):
-            return read()
+        """Bytes held and reserved for copies in progress, as the node's ledger records them (see
+        `air_core.io.cache_ledger`): counted again from the disk first when it cannot be trusted, unless
+        another process is counting it (then the figure from before)."""
+        return self._ledger.used()
 
     def prune(self, older_than: float | None = None) -> int:
         """Remove entries unused for `older_than` seconds, then least recently used ones down to the cap.
 
+        The cap is this handle's, else the node cache's (see `usage`).
         Entries used in the last `IN_USE_SECONDS` stay either way: a reader
         may hold their path. Returns the bytes freed. Two passes over the
         entries with their times and sizes in arrays, so a cache of 10^7
-        files is pruned in a few hundred MB of memory. The second pass also
-        removes what crashed fetches left (see `_remove_leftover`), and the
-        ledger is rewritten from what the first pass counted.
+        files is pruned in a few hundred MB of memory. The first pass counts
+        the bytes held again for the ledger; the second also removes what
+        crashed fetches left (see `_remove_leftover`), and takes the bytes it
+        removed off the ledger: copies fetched meanwhile stay counted.
         """
         now = time.time()
-        atimes, sizes = self._survey()
+        with self._ledger.recount() as counted:
+            atimes, sizes = _survey(self._objects)
+            counted(int(sizes.sum()))
         cut = -np.inf if older_than is None else now - older_than
-        total = int(sizes.sum())
-        if self.limit_bytes is not None and total > self.limit_bytes:
+        total, cap = int(sizes.sum()), self._cap()
+        if cap is not None and total > cap:
             order = np.argsort(atimes, kind="stable")
-            k = int(np.searchsorted(np.cumsum(sizes[order]), total - self.limit_bytes))
+            k = int(np.searchsorted(np.cumsum(sizes[order]), total - cap))
             cut = max(cut, float(atimes[order[min(k, len(order) - 1)]]))
         cut = min(cut, now - IN_USE_SECONDS)
         freed = 0
-        for e in self._files():
+        for e in _files(self._objects):
             if e.name.startswith("."):
                 _remove_leftover(e.path, now)
                 continue
             st = e.stat(follow_symlinks=False)
-            if st.st_atime <= cut:
-                _unlink(e.path)
+            if st.st_atime <= cut and _unlink(e.path):
                 freed += st.st_size
-        with self._ledger() as (_, write):
-            write(total - freed)
+        self._ledger.remove(freed)
         return freed
 
     def clear(self) -> int:
@@ -463,22 +497,23 @@ class Cache:
         Paths that running jobs were handed stop existing: stop them first.
         """
         freed = 0
-        for e in self._files():
+        for e in _files(self._objects):
             if e.name.startswith("."):
                 _remove_leftover(e.path, time.time())
                 continue
-            freed += e.stat(follow_symlinks=False).st_size
-            _unlink(e.path)
+            size = e.stat(follow_symlinks=False).st_size
+            if _unlink(e.path):
+                freed += size
         shutil.rmtree(os.path.join(self.root, "manifests"), ignore_errors=True)
-        with self._ledger() as (_, write):
-            write(0)
+        self._ledger.remove(freed)
         return freed
 
     def info(self) -> dict:
-        """The cache's folder, bytes and entries held (counted now), cap, disk's free bytes, damaged copies found."""
-        atimes, sizes = self._survey()
+        """The cache's folder, bytes and entries held (counted now), cap (this handle's, else the node cache's),
+        disk's free bytes, damaged copies found."""
+        atimes, sizes = _survey(self._objects)
         return {"folder": self.root, "bytes": int(sizes.sum()), "entries": len(sizes),
-                "limit_bytes": self.limit_bytes, "disk_free_bytes": shutil.disk_usage(self.root).free,
+                "limit_bytes": self._cap(), "disk_free_bytes": shutil.disk_usage(self.root).free,
                 "oldest_use": float(atimes.min()) if len(atimes) else None, "damaged": self.damaged()}
 
     def check(self, repair: bool = False) -> CheckReport:
@@ -489,7 +524,7 @@ class Cache:
         its file fetches it again.
         """
         report = CheckReport(repaired=repair)
-        for e in self._entries():
+        for e in _entries(self._objects):
             try:
                 fd = os.open(e.path, os.O_RDONLY)
             except FileNotFoundError:
@@ -515,40 +550,13 @@ class Cache:
                         self._drop(e.path, fault)
         return report
 
-    def _files(self) -> Iterator[os.DirEntry]:
-        """Every file under objects/: entries, and hidden copies in progress (or left by a crash); in every folder
-        there, so that what an earlier layout left (see `_adopt`) is counted, pruned and cleared too."""
-        with os.scandir(self._objects) as folders:
-            shards = [f.path for f in folders if f.is_dir(follow_symlinks=False)]
-        for shard in shards:
-            with os.scandir(shard) as it:
-                yield from (e for e in it if e.is_file(follow_symlinks=False))
-
-    def _entries(self) -> Iterator[os.DirEntry]:
-        """Every published entry (not the hidden copies in progress), folder by folder."""
-        return (e for e in self._files() if not e.name.startswith("."))
-
-    def _survey(self) -> tuple[np.ndarray, np.ndarray]:
-        """(last use, size) of every entry, as float64 and int64 arrays."""
-        atimes, sizes = array("d"), array("q")
-        for e in self._entries():
-            st = e.stat(follow_symlinks=False)
-            atimes.append(st.st_atime)
-            sizes.append(st.st_size)
-        return np.frombuffer(atimes, dtype=np.float64), np.frombuffer(sizes, dtype=np.int64)
+    def _cap(self) -> int | None:
+        """The cap this handle admits under: its own, else the node cache's (the last a capped handle recorded)."""
+        return self.limit_bytes if self.limit_bytes is not None else self._ledger.cap()
 
     def _reserve(self, nbytes: int) -> bool:
-        """Add `nbytes` to the ledger if they fit under the cap and the free-disk reserve."""
-        if nbytes > 0 and not self._disk_has_room(nbytes):
-            return False
-        if self.limit_bytes is None:
-            return True
-        with self._ledger() as (read, write):
-            used = read()
-            if nbytes > 0 and used + nbytes > self.limit_bytes:
-                return False
-            write(max(0, used + nbytes))
-        return True
+        """Reserve `nbytes` for a copy in the node's ledger, if they fit under the cap and the free-disk reserve."""
+        return self._disk_has_room(nbytes) and self._ledger.reserve(nbytes, self.limit_bytes)
 
     def _disk_has_room(self, nbytes: int) -> bool:
         """Free space minus `nbytes` stays above the reserve; the disk is asked every 64 MiB."""
@@ -560,41 +568,48 @@ class Cache:
             self._unchecked += nbytes
             return True
 
-    @contextmanager
-    def _ledger(self) -> Iterator[tuple[Callable[[], int], Callable[[int], None]]]:
-        """(read, write) of the bytes held, under the ledger's lock.
-
-        The ledger is one fixed-width line, `<bytes> <boot id>`, written by one
-        `pwrite`. One that is torn, or written before the machine last booted
-        (a crash may have lost copies it counts, or left leaked reservations of
-        killed fetches), is counted again from the disk.
-        """
-        fd = os.open(self._usage_file, os.O_RDWR | os.O_CREAT, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-
-            def write(n: int) -> None:
-                os.pwrite(fd, f"{n:20d} {_boot_id()}\n".encode(), 0)
-
-            def read() -> int:
-                fields = os.pread(fd, 128, 0).split()
-                if len(fields) == 2 and fields[0].isdigit() and fields[1].decode(errors="replace") == _boot_id():
-                    return int(fields[0])
-                n = self._scan()
-                write(n)
-                return n
-
-            yield read, write
-        finally:
-            os.close(fd)
-
-    def _scan(self) -> int:
-        return int(self._survey()[1].sum())
-
     def _count(self, **deltas: int) -> None:
         with self._lock:
             for k, v in deltas.items():
                 setattr(self.stats, k, getattr(self.stats, k) + v)
+
+
+_handles: weakref.WeakSet[Cache] = weakref.WeakSet()
+
+
+def _start_handles() -> None:
+    for cache in _handles:
+        cache._start()
+
+
+os.register_at_fork(after_in_child=_start_handles)
+
+
+def _files(objects: str) -> Iterator[os.DirEntry]:
+    """Every file under `objects`: entries, and hidden copies in progress (or left by a crash); in every folder
+    there, so that what an earlier layout left (see `Cache._adopt`) is counted, pruned and cleared too."""
+    with os.scandir(objects) as folders:
+        # An earlier layout's folders first ("ab" before "a"): a copy moved meanwhile to its new name, in a
+        # folder listed later, is counted once or twice by a count running then, never missed.
+        shards = sorted((f.path for f in folders if f.is_dir(follow_symlinks=False)), reverse=True)
+    for shard in shards:
+        with os.scandir(shard) as it:
+            yield from (e for e in it if e.is_file(follow_symlinks=False))
+
+
+def _entries(objects: str) -> Iterator[os.DirEntry]:
+    """Every published entry under `objects` (not the hidden copies in progress), folder by folder."""
+    return (e for e in _files(objects) if not e.name.startswith("."))
+
+
+def _survey(objects: str) -> tuple[np.ndarray, np.ndarray]:
+    """(last use, size) of every entry under `objects`, as float64 and int64 arrays."""
+    atimes, sizes = array("d"), array("q")
+    for e in _entries(objects):
+        st = e.stat(follow_symlinks=False)
+        atimes.append(st.st_atime)
+        sizes.append(st.st_size)
+    return np.frombuffer(atimes, dtype=np.float64), np.frombuffer(sizes, dtype=np.int64)
 
 
 def _entry_path(objects: str, volume_path: str, size: int, mtime_ns: int, span: Span | None) -> str:
@@ -634,15 +649,6 @@ def _length(size: int, span: Span | None) -> int:
     return size if span is None else span[1] - span[0]
 
 
-@lru_cache(maxsize=1)
-def _boot_id() -> str:
-    try:
-        with open("/proc/sys/kernel/random/boot_id") as f:
-            return f.read().strip()
-    except OSError:  # no way to tell boots apart here: a ledger is trusted until torn
-        return "-"
-
-
 @contextmanager
 def _claimed(entry: str) -> Iterator[tuple[int, str]]:
     """(descriptor, path) of the entry's `.part` file, exclusively locked; removed on leaving.
@@ -654,16 +660,15 @@ def _claimed(entry: str) -> Iterator[tuple[int, str]]:
     """
     part = os.path.join(os.path.dirname(entry), "." + os.path.basename(entry) + ".part")
     while True:
-        fd = os.open(part, os.O_WRONLY | os.O_CREAT, 0o600)
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        fd = lock_file(part, os.O_WRONLY | os.O_CREAT)
         if _inode(part) == os.fstat(fd).st_ino:
             break
-        os.close(fd)
+        unlock_file(fd)
     try:
         yield fd, part
     finally:
         _unlink(part)
-        os.close(fd)
+        unlock_file(fd)
 
 
 def _remove_leftover(path: str, now: float) -> None:
@@ -681,16 +686,15 @@ def _remove_leftover(path: str, now: float) -> None:
             pass
         return
     try:
-        fd = os.open(path, os.O_WRONLY)
+        fd = lock_file(path, os.O_WRONLY, wait=False)
     except FileNotFoundError:
         return
+    if fd is None:
+        return  # a copy in progress
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         _unlink_if_same(path, fd)
-    except BlockingIOError:
-        pass  # a copy in progress
     finally:
-        os.close(fd)
+        unlock_file(fd)
 
 
 def copy_into(source: str, volume_path: str, size: int, mtime_ns: int, fd: int, span: Span | None = None, *,
@@ -1018,8 +1022,10 @@ def _unlink_if_same(path: str, fd: int) -> None:
         _unlink(path)
 
 
-def _unlink(path: str) -> None:
+def _unlink(path: str) -> bool:
+    """Remove `path`; False if it was gone already."""
     try:
         os.unlink(path)
     except FileNotFoundError:
-        pass
+        return False
+    return True
