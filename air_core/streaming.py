@@ -7,6 +7,7 @@ own state (the same grid) or a whole run's (any grid) the same way.
 
 from __future__ import annotations
 
+import os
 from dataclasses import asdict
 from typing import ClassVar
 
@@ -36,6 +37,7 @@ class Stream:
         self._worker, self._num_workers = worker, num_workers
         self._cache_dir, self._cache_limit, self._verify = cache_dir, cache_limit, verify
         self._cache: Cache | None = None
+        self._cache_pid = 0
         self._epoch = 0
         self._pending: dict | None = None
         self._grid: Grid | None = None
@@ -43,9 +45,11 @@ class Stream:
 
     @property
     def cache(self) -> Cache:
-        """This process's handle on the node cache (its `stats` count this process's use)."""
-        if self._cache is None:
+        """This process's handle on the node cache (its `stats` count this process's use). A forked child (a
+        DataLoader worker) makes its own, however far the parent read: the parent's handle is its fetch threads'."""
+        if self._cache is None or self._cache_pid != os.getpid():
             self._cache = Cache(self._cache_dir, limit_bytes=self._cache_limit, verify=self._verify)
+            self._cache_pid = os.getpid()
         return self._cache
 
     @property

@@ -39,6 +39,16 @@ _lock = threading.Lock()
 _chosen: dict[tuple, object] = {}
 
 
+def _after_fork() -> None:
+    """A forked child's own lock: a parent thread that held it at the fork does not exist here to release it
+    (the clients are the parent's, keyed by its pid: a child makes its own)."""
+    global _lock
+    _lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_after_fork)
+
+
 def choose(forced: str | None, root_set: bool, mounted: bool, credentials: Callable[[], bool]) -> str:
     """The transport to use: "fuse" or "files-api" (pure apart from calling `credentials`, asked last)."""
     if forced:
