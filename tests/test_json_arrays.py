@@ -3,18 +3,17 @@ by an index of where each lies, shared by every rank and worker by ranges."""
 
 from __future__ import annotations
 
-import io
 import json
 import os
 
 import datasets
 import pytest
-from PIL import Image
 
 import air_hf  # noqa: F401 - registers uc-volume
 from air_core import RowStream, resolve_source
 from air_core.errors import OptionError, RecordError
 from air_core.read import line_spans
+from test_media_records import llava_records, png
 
 
 def records(n: int) -> list[dict]:
@@ -91,19 +90,9 @@ def test_a_json_file_that_holds_no_records_says_so(volume, text, why):
 # -- LLaVA: one .json array naming images under a sibling folder ---------------------------------------
 
 
-def png(i: int) -> bytes:
-    out = io.BytesIO()
-    Image.new("RGB", (4 + i, 3), (i % 256, 0, 0)).save(out, "PNG")
-    return out.getvalue()
-
-
 def llava(volume, n: int = 6) -> list[dict]:
-    data = []
-    for i in range(n):
-        volume.write(f"llava/images/{i % 2}/{i}.png", png(i))
-        data.append({"id": str(i), "image": f"{i % 2}/{i}.png",
-                     "conversations": [{"from": "human", "value": "<image>\nWhat is it?"},
-                                       {"from": "gpt", "value": f"picture {i}"}]})
+    """LLaVA's layout: one JSON array of conversations naming images under a sibling `images/` folder."""
+    data = llava_records(volume, n)
     volume.write("llava/llava_mix.json", json.dumps(data, indent=2))
     return data
 
@@ -122,7 +111,7 @@ def test_llava_json_with_media_under_auto(volume, small_spans):
 
 def test_json_lines_beside_a_json_file_of_records_is_refused_under_auto(volume):
     llava(volume)
-    volume.write("llava/more.jsonl", '{"id": "x", "image": "0/0.png"}\n')
+    volume.write("llava/more.jsonl", '{"id": "x", "image": "part0/0.png"}\n')
     with pytest.raises(OptionError, match="holds JSON Lines and JSON files: .*include="):
         resolve_source(volume.path("llava"), media={"image": "image"}, media_dir="images")
     source = resolve_source(volume.path("llava"), media={"image": "image"}, media_dir="images", include="*.json")

@@ -131,14 +131,20 @@ def test_a_folder_of_records_alone_stays_a_table(volume):
 # -- media= and media_dir= ----------------------------------------------------------------------------
 
 
-def llava(volume, n: int = 5) -> list[dict]:
-    """LLaVA's layout: a JSON Lines file of conversations naming images under a sibling `images/` folder."""
+def llava_records(volume, n: int) -> list[dict]:
+    """LLaVA's conversations, record i naming image i (written) under `llava/images/`."""
     records = []
     for i in range(n):
         volume.write(f"llava/images/part{i % 2}/{i}.png", png(i))
         records.append({"id": str(i), "image": f"part{i % 2}/{i}.png",
                         "conversations": [{"from": "human", "value": "<image>\nWhat is it?"},
                                           {"from": "gpt", "value": f"picture {i}"}]})
+    return records
+
+
+def llava(volume, n: int = 5) -> list[dict]:
+    """LLaVA's layout: a JSON Lines file of conversations naming images under a sibling `images/` folder."""
+    records = llava_records(volume, n)
     volume.write("llava/chat/llava.jsonl", jsonl(records))
     return records
 
