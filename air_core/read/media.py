@@ -571,7 +571,9 @@ def _place(vpath: str, named: str, local: str, tabular: bool, columns: tuple[str
         import pyarrow as pa
         import pyarrow.parquet as pq
 
-        table = pq.read_table(pa.BufferReader(transport.read_file(local)), columns=list(columns))
+        from .arrow_owned import owned
+
+        table = pq.read_table(pa.BufferReader(owned(transport.read_file(local))), columns=list(columns))
         for i, row in enumerate(table.to_pylist()):
             if any(v == named or (isinstance(v, list) and named in v) for v in row.values()):
                 return f"{vpath}, row {i}"

@@ -300,9 +300,10 @@ def _read_ranged(manifest: Manifest, unit: RowGroup, footer: pq.FileMetaData, pa
     file = _Ranges(size, [(at, _bytes_of(f)) for at, f in parts],
                    lambda a, b: read_bytes(src, vpath, size, mtime, (a, b)))
     try:
-        # A Python file: read on this thread (see `arrow_owned`), where its reads take the GIL anyway.
-        return pq.ParquetFile(file, metadata=footer).read_row_group(unit.row_group, columns=columns,
-                                                                    use_threads=False)
+        # A Python file is read and decoded on this thread (see `arrow_owned`), where its reads take the GIL
+        # anyway: pre-buffering would read it on Arrow's I/O pool, and its ranges are in memory already.
+        return pq.ParquetFile(file, metadata=footer, pre_buffer=False).read_row_group(
+            unit.row_group, columns=columns, use_threads=False)
     except (pa.ArrowException, OSError) as e:
         raise ParquetError(f"{vpath} is not a readable Parquet file ({e})") from e
 
