@@ -63,7 +63,8 @@ class FileStream(Stream):
         rank, world_size: this process's place; detected when not given.
         worker, num_workers: the DataLoader worker; detected when not given.
         cache_dir: the node cache folder (default: `air_core.io.cache.default_dir()`).
-        cache_limit: cap on the cache's bytes; None for no cap.
+        cache_limit: cap on the node cache's bytes, recorded in the cache for every process on the node;
+            None: keep to the cap last recorded there, if any.
         verify: hash each cached copy against the checksum recorded when it
             was copied, on every hit, and fetch again one that differs
             (default False: each hit checks the copy's length only; see the

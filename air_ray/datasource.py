@@ -105,7 +105,8 @@ class UCVolumeDatasource(Datasource):
             mode, table rows (exact, cut inside row groups) in Parquet mode.
         cache_dir: the node cache folder on every node (default: each node's
             own `air_core.default_dir()`, resolved where the read task runs).
-        cache_limit: cap on the cache's bytes; None for no cap.
+        cache_limit: cap on the node cache's bytes, recorded in the cache for every process on the node;
+            None: keep to the cap last recorded there, if any.
         verify: check each cached copy's bytes against their checksum on
             every hit, not only its length, and fetch again one that differs
             (see `air_core.FileStream`).

@@ -100,7 +100,8 @@ class UCVolumeDataset(torch.utils.data.IterableDataset):
             files, so that DDP ranks finish an epoch together.
         cache_dir: the node cache folder (default `$AIR_CACHE_DIR`, else
             `/local_disk0/...`, else a per-user temp folder).
-        cache_limit: cap on the cache's bytes; None for no cap.
+        cache_limit: cap on the node cache's bytes, recorded in the cache for every process on the node;
+            None: keep to the cap last recorded there, if any.
         verify: check each cached copy's bytes against their checksum on every hit, not only
             its length (see `air_core.FileStream`).
         fetch_threads: files read concurrently by each worker (default: 32 when there are
