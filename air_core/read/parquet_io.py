@@ -16,6 +16,12 @@ a node cache entry of its own: across ranks a file's bytes are fetched
 about once, not once per rank. Ray's read tasks on one node fetch as their
 node's share would (`ParquetReader.parts`): a file the node reads whole is
 fetched whole, however the tasks split its row groups.
+
+A read of some columns (`columns=`) fetches only their column chunks in each
+row group it reads, and the footer: a text-only pass over a table with its
+images inline reads the text. Each span of chunks is a node cache entry of
+its own, so a later read of other columns fetches only theirs, and a full
+read still fetches the file whole (a projection is served from that copy).
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ from ..io.ranges import RangeFile
 from ..errors import ParquetError
 from ..io.fetch import ordered_map, retrying
 from ..manifest import Manifest
+from ..planning import column_chunks
 from ..planning.rows import RowGroup, RowSlice, unit_of
 from ..io.files import CachedFile
 from .arrow_owned import owned
@@ -99,12 +106,18 @@ def parquet_units(manifest: Manifest, *, threads: int = FOOTER_THREADS,
 
 def _byte_range(rg: pq.RowGroupMetaData) -> tuple[int, int]:
     """Where a row group's column chunks lie in its file: [first chunk's first page, last chunk's end)."""
-    spans = []
+    spans = _chunks(rg)
+    return (min(a for _, a, _ in spans), max(b for _, _, b in spans)) if spans else (0, 0)
+
+
+def _chunks(rg: pq.RowGroupMetaData) -> list[tuple[str, int, int]]:
+    """Each column chunk of a row group: (its leaf's path in the schema, where its first page starts, its end)."""
+    out = []
     for c in range(rg.num_columns):
         chunk = rg.column(c)
         first = chunk.dictionary_page_offset if chunk.has_dictionary_page else chunk.data_page_offset
-        spans.append((first, first + chunk.total_compressed_size))
-    return (min(a for a, _ in spans), max(b for _, b in spans)) if spans else (0, 0)
+        out.append((chunk.path_in_schema, first, first + chunk.total_compressed_size))
+    return out
 
 
 def _input(manifest: Manifest, local_root: str, i: int, cache: Cache | None):
@@ -167,16 +180,21 @@ def read_units(
     module docs), are fetched into the node cache ahead of the consumer; what
     the full cache did not admit is read from memory. `local_root`: as in `read_items`.
     `ranged`: the files read by ranges (default: those `pieces` do not read whole, `ranged_files`).
+    `columns`: only these columns' chunks of each row group are fetched (see `_projections`).
     """
     pieces = list(pieces)
     units = [unit_of(p) for p in pieces]
     ranged = ranged_files(units, manifest.sizes) if ranged is None else ranged
-    wants = [_ranges(u, int(manifest.sizes[u.file]), u.file in ranged) for u in units]
+    footers: dict[int, pq.FileMetaData] = {}
+    chunked: dict[RowGroup, list[Range]] = {}
+    if columns is not None:
+        footers, chunked = _projections(manifest, units, columns, cache, local_root, ranged, fetch_threads)
+    wants = [[_tail(u.file, int(manifest.sizes[u.file])), *chunked[u]] if u in chunked
+             else _ranges(u, int(manifest.sizes[u.file]), u.file in ranged) for u in units]
     last = {r: k for k, rs in enumerate(wants) for r in rs}  # a range leaves memory after its last piece
     fetched = _read_ranges(manifest, list(last), cache, fetch_threads=fetch_threads, prefetch=prefetch,
                            prefetch_bytes=prefetch_bytes, local_root=local_root or volume.parse(manifest.root).local)
     ready: dict[Range, CachedFile] = {}
-    footers: dict[int, pq.FileMetaData] = {}
     open_files: OrderedDict[int, pq.ParquetFile] = OrderedDict()
     for k, (piece, unit, rs) in enumerate(zip(pieces, units, wants)):
         for r in rs:
@@ -184,12 +202,11 @@ def read_units(
                 got, f = next(fetched)
                 ready[got] = f
         cols = list(columns) if columns is not None else None
-        if unit.file in ranged:
-            tail, data = ready[rs[0]], ready[rs[1]]
+        if unit.file in ranged or unit in chunked:
             if unit.file not in footers:
-                footers[unit.file] = _footer(manifest, cache, tail, local_root)
-            table = _read_ranged(manifest, unit, footers[unit.file], [(rs[0][1], tail), (unit.start, data)],
-                                 cols, local_root)
+                footers[unit.file] = _footer(manifest, cache, ready[rs[0]], local_root)
+            table = _read_ranged(manifest, unit, footers[unit.file], [(r[1], ready[r]) for r in rs], cols,
+                                 local_root)
         else:
             pf = open_files.get(unit.file)
             if pf is None:
@@ -238,7 +255,48 @@ def _ranges(unit: RowGroup, size: int, ranged: bool) -> list[Range]:
     """What a row group's read needs fetched: its file, or the file's tail (its footer) and its own bytes."""
     if not ranged:
         return [(unit.file, 0, size)]
-    return [(unit.file, max(0, size - FOOTER_TAIL), size), (unit.file, unit.start, unit.stop)]
+    return [_tail(unit.file, size), (unit.file, unit.start, unit.stop)]
+
+
+def _tail(file: int, size: int) -> Range:
+    return file, max(0, size - FOOTER_TAIL), size
+
+
+def _projections(manifest: Manifest, units: Sequence[RowGroup], columns: Sequence[str], cache: Cache,
+                 local_root: str | None, ranged: Collection[int], threads: int
+                 ) -> tuple[dict[int, pq.FileMetaData], dict[RowGroup, list[Range]]]:
+    """The footers read, and the units read by column chunks with the ranges of `columns`' chunks of each.
+
+    A file is read by column chunks when its copy is not in the node cache whole and its chunks of `columns`
+    in `units` skip more than a footer's tail of what would be fetched otherwise (the file, or its row groups'
+    ranges). Each span is a node cache entry of its own, so a later read of other columns fetches only theirs;
+    a row group whose whole range is cached already is read from that. Footers come from the files' tails
+    through the node cache, read concurrently.
+    """
+    files = sorted({u.file for u in units})
+
+    def footer(k: int) -> pq.FileMetaData | None:
+        size, mtime = int(manifest.sizes[k]), int(manifest.mtimes[k])
+        if cache.lookup(manifest.volume_path(k), size, mtime) is not None:
+            return None
+        return _footer(manifest, cache, _fetch_range(manifest, cache, _tail(k, size), local_root), local_root)
+
+    read = ordered_map(footer, ((k, 0) for k in files), threads=min(threads, FOOTER_THREADS),
+                       max_ahead=4 * threads, max_bytes=1 << 62)
+    footers = {k: md for k, md in zip(files, read) if md is not None}
+    by_file: dict[int, set[RowGroup]] = {}
+    for u in units:
+        if u.file in footers:
+            by_file.setdefault(u.file, set()).add(u)
+    chunked: dict[RowGroup, list[Range]] = {}
+    for k, group in by_file.items():
+        size, mtime, vpath = int(manifest.sizes[k]), int(manifest.mtimes[k]), manifest.volume_path(k)
+        spans = {u: [(u.start, u.stop)] if u.stop > u.start and cache.lookup(vpath, size, mtime, (u.start, u.stop))
+                 else column_chunks.selected(_chunks(footers[k].row_group(u.row_group)), columns) for u in group}
+        otherwise = sum(u.stop - u.start for u in group) if k in ranged else int(manifest.sizes[k])
+        if sum(b - a for s in spans.values() for a, b in s) + FOOTER_TAIL < otherwise:
+            chunked.update({u: [(k, a, b) for a, b in s] for u, s in spans.items()})
+    return footers, chunked
 
 
 def _read_ranges(manifest: Manifest, ranges: Sequence[Range], cache: Cache, *, fetch_threads: int, prefetch: int,
