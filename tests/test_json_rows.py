@@ -20,7 +20,7 @@ from air_core import RowStream, resolve_source
 from air_core.errors import RecordError
 from air_core.io.cache import Cache
 from air_core.planning.shares import Planning
-from air_core.read import line_spans
+from air_core.read import line_spans, lines
 from air_core.read.jsonl import JsonFormat
 
 # -- the rows equal the parse's, value for value and type for type ------------------------------------
@@ -276,7 +276,8 @@ def test_hf_rows_are_the_arrow_rows_and_resume_mid_shard(volume, small_spans, mo
     assert head + list(resumed) == rows
 
 
-def test_hf_rows_of_bad_records_and_of_columns(volume, small_spans, caplog):
+def test_hf_rows_of_bad_records_and_of_columns(volume, small_spans, caplog, monkeypatch):
+    monkeypatch.setattr(lines, "SAMPLE_BYTES", 2000)  # types inferred without features: before record 60
     _write(volume, "d", _chat(100), {5: "not json", 60: '{"id": "x"}'})
     ds = _load(volume, "d", on_error="skip", features=datasets.Features.from_arrow_schema(CHAT))
     with caplog.at_level(logging.WARNING, logger="air_core"):

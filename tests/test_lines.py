@@ -9,9 +9,13 @@ import os
 import random
 import time
 
+import subprocess
+import sys
+
 import datasets
 import numpy as np
 import pyarrow as pa
+import pyarrow.json as pj
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -21,7 +25,7 @@ from air_core import OptionError, resolve_source
 from air_core.io.cache import Cache
 from air_core.errors import RecordError
 from air_core.planning.shares import Planning
-from air_core.read import line_spans
+from air_core.read import line_spans, lines
 from air_hf import split_for_rank
 
 
@@ -225,6 +229,114 @@ def test_text_lines_are_shared_at_line_boundaries(volume, small_spans):
         got += [s for t in source.reader.read_tables(pieces, Cache(), columns=None, fetch_threads=2)
                 for s in t.column("text").to_pylist()]
     assert sorted(got) == sorted(lines)
+
+
+# -- inferred types: the same first bytes on every process, read by range -----------------------------
+
+def _varied(n: int) -> list[dict]:
+    """Records whose fields vary from one to the next (a field now and then, a null, nested keys of two kinds),
+    every variant within the first few: types a sample of the start of the file sees in full."""
+    out = []
+    for i, r in enumerate(_records(n)):
+        if i % 3 == 1:
+            r["tag"] = f"t{i % 7}"
+        if i % 4 == 2:
+            r["score"] = None
+        r["meta"] = {"lang": "en"} if i % 2 else {"lang": "fr", "n": i}
+        out.append(r)
+    return out
+
+
+def _node_bytes() -> int:
+    return Cache(os.environ["AIR_CACHE_DIR"]).info()["bytes"]
+
+
+@pytest.mark.parametrize("name", ["a.jsonl", "a.jsonl.gz"])
+def test_types_come_from_a_prefix_read_by_range_equal_to_the_first_spans(volume, monkeypatch, name):
+    monkeypatch.setattr(lines, "SAMPLE_BYTES", 8000)
+    monkeypatch.setattr(line_spans, "SPAN_BYTES", 40_000)
+    text = _jsonl(_varied(1000)).encode()
+    volume.write(f"d/{name}", gzip.compress(text) if name.endswith(".gz") else text)
+    source = resolve_source(volume.path("d"))
+    first_span = text[:text.rfind(b"\n", 0, 40_000) + 1]
+    assert source.reader.schema() == pj.read_json(pa.BufferReader(first_span)).schema
+    # The prefix alone was read (a compressed file's first bytes, decompressed as far as they go), not the span.
+    assert _node_bytes() == 8000
+    assert sorted(_read_share(source, 0, 1)) == list(range(1000))
+
+
+def test_csv_types_come_from_a_prefix_read_by_range(volume, monkeypatch):
+    monkeypatch.setattr(lines, "SAMPLE_BYTES", 4000)
+    monkeypatch.setattr(line_spans, "SPAN_BYTES", 30_000)
+    volume.write("c/a.csv", "id,name,half\n" + "".join(f"{i},name {i},{i / 2}\n" for i in range(3000)))
+    source = resolve_source(volume.path("c"))
+    assert source.reader.schema() == pa.schema([("id", pa.int64()), ("name", pa.string()), ("half", pa.float64())])
+    assert _node_bytes() == 4000
+    assert sorted(_read_share(source, 0, 1)) == list(range(3000))
+
+
+def test_a_compressed_file_gives_the_sample_its_decompressed_bytes(volume, monkeypatch):
+    monkeypatch.setattr(lines, "SAMPLE_BYTES", 8000)
+    records = [{"id": i, "x": "a" * 50, **({"tag": "t"} if i == 60 else {})} for i in range(1000)]
+    data = gzip.compress(_jsonl(records).encode())
+    assert len(data) < 8000
+    volume.write("d/a.jsonl.gz", data)
+    # The file whole (its own entry, read later for its records) is 8,000 bytes of records decompressed: record 60
+    # among them, as 8,000 bytes of a file not compressed would hold it.
+    assert resolve_source(volume.path("d")).reader.schema().names == ["id", "x", "tag"]
+    assert _node_bytes() == len(data)
+
+
+@pytest.mark.parametrize("name", ["a.jsonl", "a.jsonl.gz"])
+def test_a_first_record_longer_than_the_prefix_is_read_whole_for_its_types(volume, monkeypatch, name):
+    monkeypatch.setattr(lines, "SAMPLE_BYTES", 1000)
+    monkeypatch.setattr(line_spans, "SPAN_BYTES", 200_000)
+    first = {"id": 0, "doc": {"text": os.urandom(3000).hex(), "pages": [1, 2]}, "score": 0.5}
+    text = _jsonl([first] + [{"id": i, "doc": {"text": "x", "pages": []}, "score": 1.0} for i in range(1, 5000)])
+    data = gzip.compress(text.encode()) if name.endswith(".gz") else text.encode()
+    volume.write(f"d/{name}", data)
+    source = resolve_source(volume.path("d"))
+    assert source.reader.schema() == pj.read_json(pa.BufferReader(_jsonl([first]).encode())).schema
+    # Ranges that double read on to the record's end: [0, 1000), [1000, 2000), ... [4000, 8000).
+    assert _node_bytes() <= 8000 < len(data)
+    assert sorted(_read_share(source, 0, 1)) == list(range(5000))
+
+
+def test_small_files_are_sampled_whole_as_their_own_entries(volume, monkeypatch):
+    monkeypatch.setattr(lines, "SAMPLE_BYTES", 5000)
+    for k in range(20):
+        volume.write(f"d/{k:02d}.jsonl", _jsonl(_varied(10)))
+    source = resolve_source(volume.path("d"))
+    size = os.path.getsize(volume.local("d/00.jsonl"))
+    assert source.reader.schema() == pj.read_json(volume.local("d/00.jsonl")).schema
+    # The first files whole (each the entry its span reads later), the last one's first bytes: 5,000 in all.
+    assert Cache(os.environ["AIR_CACHE_DIR"]).info()["entries"] == -(-5000 // size)
+    assert _node_bytes() == 5000
+
+
+@pytest.mark.slow
+def test_ranks_on_separate_nodes_read_their_shares_and_one_prefix_each(volume, netvol_so, tmp_path):
+    # Before, every rank read the file's first span whole to infer its types: the rank that does not own it read
+    # it besides its share (4 MiB here: 1.33x the data over both ranks).
+    volume.write("d/big.jsonl", _jsonl(_varied(60_000)))
+    size = os.path.getsize(volume.local("d/big.jsonl"))
+    assert size > 3 * (4 << 20)
+    code = ("import sys; from air_core.read import line_spans; line_spans.SPAN_BYTES = 4 << 20\n"
+            "from air_core import RowStream\n"
+            "stream = RowStream(sys.argv[1], rank=int(sys.argv[2]), world_size=2)\n"
+            "print(sum(t.num_rows for t in stream.tables()))")
+    procs = []
+    for rank in range(2):
+        env = {**os.environ, "LD_PRELOAD": netvol_so, "NETVOL_PREFIX": f"{volume.root}/", "NETVOL_OPEN_MS": "10",
+               "NETVOL_MBPS": "200", "NETVOL_TRACE": str(tmp_path / f"trace{rank}"), "NETVOL_TRACE_BYTES": "1",
+               "AIR_CACHE_DIR": str(tmp_path / f"node{rank}")}
+        procs.append(subprocess.Popen([sys.executable, "-c", code, volume.path("d"), str(rank)], env=env,
+                                      stdout=subprocess.PIPE, text=True))
+    rows = [int(p.communicate(timeout=300)[0]) for p in procs]
+    assert all(p.returncode == 0 for p in procs) and sum(rows) == 60_000 and min(rows) > 0
+    read = sum(int(line.rsplit(" ", 1)[1]) for rank in range(2)
+               for line in (tmp_path / f"trace{rank}").read_text().splitlines() if line.startswith("read "))
+    assert read <= 1.05 * size + 2 * lines.SAMPLE_BYTES, read / size
 
 
 # -- options -----------------------------------------------------------------------------------

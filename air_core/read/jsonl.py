@@ -2,9 +2,10 @@
 or with `media=`), the objects of its top-level array or its objects one after another, found by an index
 (`json_array`): LLaVA's and ShareGPT4V's files of GBs are read by ranges, never whole.
 
-Types are inferred from a fixed sample at the start of the listing (the same
-on every process) or given with `schema=` (HF's `features=`); a record that
-does not fit them is an error naming its field, file and line.
+Types are inferred from a fixed sample at the start of the listing (its first
+MiB of records, read by range: the same on every process) or given with
+`schema=` (HF's `features=`); a record that does not fit them is an error
+naming its field, file and line.
 
 Python rows (`JsonFormat.rows`) are decoded by msgspec into the schema's
 types, without a table: pyarrow's parse and the table's conversion cost about

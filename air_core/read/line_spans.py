@@ -8,6 +8,11 @@ first span), as Hadoop's line reader has it: a span starting inside a record
 skips to its first newline, and its last record runs on past its end, to the
 next newline. Every record then belongs to exactly one span, whoever reads it,
 and a span never needs the byte before it.
+
+Inferred types come from a sample of whole records at the start of the
+listing (`sample_prefixes`, `sample_records`): the first bytes of its first
+files, read by range, so every process infers from the same bytes and none
+reads a span it does not own for them.
 """
 
 from __future__ import annotations
@@ -120,3 +125,37 @@ def tail_end(chunk: bytes) -> int | None:
     None: all of it, and maybe more."""
     at = chunk.find(b"\n")
     return None if at < 0 else at + 1
+
+
+def sample_prefixes(sizes: np.ndarray, budget: int) -> list[tuple[int, int]]:
+    """The first bytes of a listing's first files that make a sample of `budget` bytes: (file, how many of its
+    first bytes), in listing order; every non-empty file whole, until one holds more than is left of `budget`.
+
+    The same on every process for one listing, so each is one entry of the node cache (a file taken whole, the
+    file's own entry), read from the volume once per node however many processes infer from it.
+    """
+    out: list[tuple[int, int]] = []
+    left, step = budget, 4096  # in steps: a listing of 10^7 files is not looked at past what the sample takes
+    for at in range(0, len(sizes), step):
+        chunk = np.asarray(sizes[at:at + step], dtype=np.int64)
+        for k in np.flatnonzero(chunk > 0).tolist():
+            take = min(int(chunk[k]), left)
+            out.append((at + k, take))
+            left -= take
+            if not left:
+                return out
+    return out
+
+
+def sample_records(data: bytes, budget: int, *, complete: bool, first: bool) -> bytes:
+    """The whole records at the start of `data` (a file's records from its start; `complete`: they end with a
+    whole record, as at the file's end) that fit in `budget` bytes; where none fits and `first` (the sample's
+    first file, which must give at least one record), its first record, which `data` must then hold whole.
+    """
+    if complete and len(data) <= budget:
+        return data
+    end = data.rfind(b"\n", 0, budget) + 1
+    if end or not first:
+        return data[:end]
+    end = data.find(b"\n") + 1
+    return data[:end] if end else data

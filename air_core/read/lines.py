@@ -57,7 +57,8 @@ log = logging.getLogger("air_core")
 # of the rate 64 did under the emulated volume).
 SPANS_AHEAD = 6
 SPAN_READS = 64
-# Records in a fixed sample from the start of the listing, the same on every process, decide inferred types.
+# Records in a fixed sample from the start of the listing, the same on every process, decide inferred types: the
+# first bytes of its first files, read by range (so no rank reads a span it does not own for them).
 SAMPLE_BYTES = 1 << 20
 # A compressed file decompresses into runs of whole records of about this many bytes, each parsed alone.
 CHUNK_BYTES = 16 << 20
@@ -191,24 +192,38 @@ class LinesReader(CountedUnits, TableReader):
         return self.source.held("schema", lambda: self.infer(self.sample()))
 
     def sample(self) -> list[tuple[str, bytes]]:
-        """(volume path, whole records from its start) of the first files of the listing, about `SAMPLE_BYTES`
-        of records in all: the same on every process.
+        """(volume path, whole records from its start) of the first files of the listing, `SAMPLE_BYTES` of
+        records in all (at least the first record, however long): the same on every process.
 
-        Read through the node cache as the spans they lie in, so the bytes cross the network once; ahead of
-        use by about the sample's size (one large file's first span alone; small files many at once).
+        Read by range (`line_spans.sample_prefixes`), each file's first bytes an entry of the node cache of its
+        own, so a process reads no span it does not own to infer types, and a node asks the volume once; a first
+        record longer than that reads on in growing ranges to its end. Small files are read many at once. A
+        `.json` file of objects gives its first span's objects, by its index (read whole by every node that
+        reads it).
         """
+        m, cache, local = self.source.manifest, Cache(self.source.cache_dir), self.source.local
+        plan = [(k, n, not i) for i, (k, n) in enumerate(line_spans.sample_prefixes(m.sizes, SAMPLE_BYTES))]
+        made = functools.partial(_object_index, m, cache=cache, local_root=local)
+
+        def fetch(item: tuple[int, int, bool]) -> tuple[bytes, bool]:
+            return _sample_head(m, *item, functools.partial(_get, m, cache, local), made, objects=self.objects,
+                                want=SAMPLE_BYTES)
+
+        def hit(item: tuple[int, int, bool]) -> tuple[bytes, bool] | None:
+            try:  # as `_records`' hits: on the calling thread, never in the hedging deadline's learning
+                return _sample_head(m, *item, functools.partial(_cached, m, cache),
+                                    functools.partial(_held_index, m, cache), objects=self.objects,
+                                    want=SAMPLE_BYTES)
+            except _Miss:
+                return None
+
         out: list[tuple[str, bytes]] = []
         held = 0
-        firsts = self.units().firsts()
-        m = self.source.manifest
-        for unit, chunks in _records(m, firsts, Cache(self.source.cache_dir), self.source.local,
-                                     ahead_bytes=SAMPLE_BYTES, objects=self.objects):
-            parts = next(chunks, (0, 0, ()))[2]
-            cut = _head(parts, SAMPLE_BYTES - held)
-            if len(cut) < sum(len(p) for p in parts):
-                end = cut.rfind(b"\n")
-                cut = cut[:end + 1] if end >= 0 else b"".join(parts)
-            out.append((m.volume_path(unit.file), cut))
+        for (k, _, first), (data, complete) in zip(plan, ordered_map(
+                fetch, ((item, item[1]) for item in plan), threads=SPAN_READS, max_ahead=SPAN_READS,
+                max_bytes=SAMPLE_BYTES, quick=hit)):
+            cut = line_spans.sample_records(data, SAMPLE_BYTES - held, complete=complete, first=first)
+            out.append((m.volume_path(k), cut))
             held += len(cut)
             if held >= SAMPLE_BYTES:
                 break
@@ -316,9 +331,9 @@ Chunks = Iterator[tuple[int, int, tuple[Buffer, ...]]]
 
 
 def _records(manifest: Manifest, units: Iterable[Span], cache: Cache, local_root: str, *,
-             ahead_bytes: int | None = None, objects: tuple[str, ...] = ()) -> Iterator[tuple[Span, Chunks]]:
+             objects: tuple[str, ...] = ()) -> Iterator[tuple[Span, Chunks]]:
     """(span, its own whole records in runs) for each of `units`, in order, fetched ahead through the node cache:
-    up to `SPAN_READS` of them and `ahead_bytes` (default: `SPANS_AHEAD` spans' worth) at once.
+    up to `SPAN_READS` of them and `SPANS_AHEAD` spans' worth at once.
 
     A span of an uncompressed file is one run, in two parts: its records but
     the last, a view of its cached copy mapped into memory (read in place: a
@@ -360,19 +375,8 @@ def _records(manifest: Manifest, units: Iterable[Span], cache: Cache, local_root
             stop += len(chunk)
         return iter([(base, lines, (memoryview(data)[at:whole], b"".join(tail)))])
 
-    def cached(k: int, start: int, stop: int) -> str:
-        """Bytes [start, stop) of file `k` as their cached copy's path; `_Miss` where the cache has none."""
-        copy = cache.lookup(*_key(manifest, k, start, stop))
-        if copy is None:
-            raise _Miss
-        return copy
-
-    def held(k: int) -> json_array.ObjectIndex:
-        """File `k`'s index of objects, if made; `_Miss` where not."""
-        index = json_array.held(_index_file(manifest, k, cache))
-        if index is None:
-            raise _Miss
-        return index
+    cached = functools.partial(_cached, manifest, cache)
+    held = functools.partial(_held_index, manifest, cache)
 
     def hit(unit: Span) -> tuple[Span, Chunks] | None:
         """A unit whose bytes (and run-on) are all cached, taken on the calling thread; None: some are not.
@@ -387,11 +391,71 @@ def _records(manifest: Manifest, units: Iterable[Span], cache: Cache, local_root
         except _Miss:
             return None
 
-    if ahead_bytes is None:
-        ahead_bytes = SPANS_AHEAD * line_spans.SPAN_BYTES
     made = functools.partial(_object_index, manifest, cache=cache, local_root=local_root)
     yield from ordered_map(lambda unit: (unit, fetch(unit, get, made)), ((u, u.nbytes) for u in units),
-                           threads=SPAN_READS, max_ahead=SPAN_READS, max_bytes=ahead_bytes, quick=hit)
+                           threads=SPAN_READS, max_ahead=SPAN_READS, max_bytes=SPANS_AHEAD * line_spans.SPAN_BYTES,
+                           quick=hit)
+
+
+def _sample_head(manifest: Manifest, k: int, n: int, first: bool, get: Callable[[int, int, int], bytes | str],
+                 index: Callable[[int], json_array.ObjectIndex], *, objects: tuple[str, ...],
+                 want: int) -> tuple[bytes, bool]:
+    """File `k`'s records from its start, for the sample, from its first `n` bytes (`get`: a range's bytes, or
+    its cached copy's path): (records, whether they end with a whole record, as at the file's end). A compressed
+    file's first bytes are decompressed as far as they go, up to about `want` bytes. `first`: the sample's first
+    file, which gives at least one record: where none ends in them, ranges that double read on until one does
+    (a record is never cut, and its types never guessed from a part of it)."""
+    size = int(manifest.sizes[k])
+    if _indexed(manifest, k, objects):
+        chunks = _objects(Span(k, 0, 0, min(size, line_spans.SPAN_BYTES)), index(k), size, get)
+        return b"".join(bytes(p) for _, _, parts in chunks for p in parts), True
+    codec, vpath = compression(manifest.paths[k]), manifest.volume_path(k)
+    data, stop = _bytes(get(k, 0, n)), n
+    while True:
+        records, complete = (data, stop >= size) if codec is None else \
+            _inflated(data, codec, vpath, want, whole=stop >= size)
+        if complete or not first or b"\n" in records:
+            return records, complete
+        data, stop = data + _bytes(get(k, stop, min(size, 2 * stop))), min(size, 2 * stop)
+
+
+def _inflated(data: bytes, codec: str, vpath: str, want: int, *, whole: bool) -> tuple[bytes, bool]:
+    """The decompressed start of a compressed file whose first bytes are `data` (`whole`: all of them): at least
+    `want` bytes and through a newline, where they hold as many; and whether that is all the file holds."""
+    import pyarrow as pa
+
+    out, ended, newline = bytearray(), False, False
+    with pa.CompressedInputStream(pa.BufferReader(data), codec) as stream:
+        while len(out) < want or not newline:
+            try:
+                block = stream.read(1 << 16)
+            except (OSError, pa.ArrowException) as e:
+                if whole:
+                    raise RecordError(f"{vpath} is not a readable {codec} file ({e}): remove or replace it, or "
+                                      "leave it out with exclude=") from None
+                break  # the first bytes end inside the stream: what came before them is all they hold
+            if not block:
+                ended = True
+                break
+            out += block
+            newline = newline or b"\n" in block
+    return bytes(out), ended and whole
+
+
+def _cached(manifest: Manifest, cache: Cache, k: int, start: int, stop: int) -> str:
+    """Bytes [start, stop) of file `k` as their cached copy's path; `_Miss` where the cache has none."""
+    copy = cache.lookup(*_key(manifest, k, start, stop))
+    if copy is None:
+        raise _Miss
+    return copy
+
+
+def _held_index(manifest: Manifest, cache: Cache, k: int) -> json_array.ObjectIndex:
+    """File `k`'s index of objects, if made; `_Miss` where not."""
+    index = json_array.held(_index_file(manifest, k, cache))
+    if index is None:
+        raise _Miss
+    return index
 
 
 def _key(manifest: Manifest, k: int, start: int, stop: int) -> tuple[str, int, int, tuple[int, int] | None]:
@@ -500,17 +564,6 @@ def _mapped(data: bytes | str) -> bytes | mmap.mmap:
             return b""
         return mmap.mmap(f.fileno(), 0, flags=mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0),
                          prot=mmap.PROT_READ)
-
-
-def _head(parts: Sequence[Buffer], n: int) -> bytes:
-    """The first `n` bytes of `parts` joined."""
-    out = []
-    for p in parts:
-        if n <= 0:
-            break
-        out.append(bytes(p[:n]))
-        n -= len(out[-1])
-    return b"".join(out)
 
 
 def compression(path: str) -> str | None:
