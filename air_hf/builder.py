@@ -18,13 +18,14 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 from itertools import islice
-from typing import Iterator, Union
+from typing import Any, Iterator, Union
 
 import datasets
 import pyarrow as pa
 
 from air_core.doors import EQUALIZES, MODES, ON_ERRORS, Cache, MixedSource, MixedTable, OptionError, Planning, Source, TableReader, check_columns, default_fetch_threads, detect_rank, freeze_inherited, resolve_mixture, resolve_source, resolve_sources, volume, without_skips
 from air_core.doors import options as check
+from air_core.planning.rows import RowGroup, RowSlice, unit_of
 
 from . import media, rows
 from .examples import EPOCH, Tables
@@ -309,40 +310,77 @@ class UCVolume(datasets.ArrowBasedBuilder):
             pieces = reader.stream_pieces(pieces, c.planning, epoch=epoch)
         return pieces, cache, threads
 
-    def _generate_tables(self, shards: list, parts: int | None = None,
-                         epoch: int = 0) -> Iterator[tuple[int, pa.Table]]:
+    def _generate_tables(self, shards: list, parts: int | None = None, epoch: int = 0,
+                         start: tuple[int, int] = (0, 0)) -> Iterator[tuple[int, pa.Table]]:
+        """The shards' rows as tables, each keyed by its piece's place among the shards' pieces (a row per file:
+        0, the files being one run that starts at any row), from `start`: (pieces done, rows of the next read),
+        none of the pieces done read."""
         c, reader = self.config, self._source.reader
         pieces, cache, threads = self._shard_pieces(shards, parts, epoch)
         if isinstance(reader, TableReader):
             names, kinds = list(self._features), media.featured(self.info.features, reader.media())
-            tables = reader.read_tables(pieces, cache, columns=c.columns, fetch_threads=threads,
-                                        planning=c.planning, epoch=epoch, on_error=c.on_error)
-            yield from enumerate(media.table(t.select(names), kinds, embed=self._embed_media) for t in tables)
+            at, left, drop = _left(pieces, start, in_order=reader.mode == "parquet" or not c.shuffle)
+            tables = reader.read_pieces(left, cache, columns=c.columns, fetch_threads=threads, planning=c.planning,
+                                        epoch=epoch, on_error=c.on_error)
+            for k, table in _past_rows(tables, drop):
+                yield at + k, media.table(table.select(names), kinds, embed=self._embed_media)
             return
         features = self._features
         schema = features.arrow_schema
         items = reader.files_of(pieces, c.planning)
-        files = without_skips(reader.read_files(items, cache, fetch_threads=threads, on_error=c.on_error),
-                              keep_count=c.equalize != "none")
+        # The files left start at the row, unless a file left out (on_error="skip", without equalize's stand-in)
+        # may have made the rows fewer than the files: then they are read from the start and dropped.
+        seek = start[1] if c.on_error == "raise" or c.equalize != "none" else 0
+        files = islice(without_skips(reader.read_files(items[seek:], cache, fetch_threads=threads,
+                                                       on_error=c.on_error), keep_count=c.equalize != "none"),
+                       start[1] - seek, None)
         manifest = None if isinstance(self._source, MixedSource) else self._source.manifest  # for labels
-        for k, batch in enumerate(iter(lambda: list(islice(files, FILES_PER_TABLE)), [])):
-            yield k, rows.table(batch, manifest, features, schema, c.decode,
-                                embed_media=self._embed_media)
+        for batch in iter(lambda: list(islice(files, FILES_PER_TABLE)), []):
+            yield 0, rows.table(batch, manifest, features, schema, c.decode, embed_media=self._embed_media)
 
-    def _generate_rows(self, shards: list, parts: int | None = None,
-                       epoch: int = 0) -> Iterator[tuple[int, list[dict]]]:
+    def _generate_rows(self, shards: list, parts: int | None = None, epoch: int = 0,
+                       start: tuple[int, int] = (0, 0)) -> Iterator[tuple[int, list[dict]]]:
         """The rows of `_generate_tables`, as `datasets`' PythonFormatter gives them, in lists: a table's rows from
         its reader's `read_rows` (JSON Lines makes them without a table), a row per file its table converted. Only
         for features that need no decoding (`Tables`): so no media column."""
         c, reader = self.config, self._source.reader
         if not isinstance(reader, TableReader):
-            for k, table in self._generate_tables(shards, parts, epoch):
+            for k, table in self._generate_tables(shards, parts, epoch, start):
                 yield k, table.to_pylist()
             return
         pieces, cache, threads = self._shard_pieces(shards, parts, epoch)
         names = list(self._features)
-        for k, (_, got) in enumerate(reader.read_rows(pieces, cache, columns=c.columns, fetch_threads=threads,
-                                                      planning=c.planning, epoch=epoch, on_error=c.on_error)):
+        at, left, drop = _left(pieces, start, in_order=reader.mode == "parquet" or not c.shuffle)
+        runs = reader.read_rows(left, cache, columns=c.columns, fetch_threads=threads, planning=c.planning,
+                                epoch=epoch, on_error=c.on_error)
+        for k, got in _past_rows(runs, drop):
             if got and list(got[0]) != names:  # a reader's own column order (Parquet's partition columns last)
                 got = [{n: row[n] for n in names} for row in got]
-            yield k, got
+            yield at + k, got
+
+
+def _left(pieces: list, start: tuple[int, int], *, in_order: bool) -> tuple[int, list, int]:
+    """Where to read on from `start` (pieces done, rows of the next read): the place of the first piece left among
+    `pieces`, the pieces left, and how many rows of the first of them to read and drop. A piece that is a range of
+    rows read in their order (`in_order`: Parquet's, or any reader's unshuffled) is cut to its rows from there
+    instead (Parquet reads its row group, then a slice of it), or left out where none is left."""
+    done, rows = start
+    left = pieces[done:]
+    if not rows or not left or not in_order or not isinstance(left[0], (RowGroup, RowSlice)):
+        return done, left, rows
+    first = left[0]
+    lo, hi = (first.start, first.stop) if isinstance(first, RowSlice) else (0, first.num_rows)
+    if lo + rows >= hi:
+        return done + 1, left[1:], 0
+    return done, [RowSlice(unit_of(first), lo + rows, hi), *left[1:]], 0
+
+
+def _past_rows(runs: Iterator[tuple[int, Any]], rows: int) -> Iterator[tuple[int, Any]]:
+    """`runs` (position among the pieces, table or list of rows) without the first `rows` rows of piece 0."""
+    for k, run in runs:
+        if rows and k == 0:
+            n = min(rows, len(run))
+            run, rows = run[n:], rows - n
+            if not len(run):
+                continue
+        yield k, run

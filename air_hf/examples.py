@@ -36,6 +36,21 @@ changes it (`test_rows_are_converted_a_batch_at_a_time`,
 `datasets` makes a new iterable of its own class when it shuffles or shards
 the data sources (`set_epoch`, `split_dataset_by_node`, DataLoader workers):
 this one makes its own class again, with its features and gen_kwargs.
+
+**The position.** `datasets`' state of an Arrow iterable is a shard and the
+examples read of it, so a resume reads the shard from its start and drops
+the examples before the position. This iterable's state also says where
+that is among the shard's pieces (`PIECE`: the pieces done, and the examples
+read of the next one), and tells the tables and rows functions to start
+there (`start=`): the pieces done are not read. The functions key each
+table or list of rows by its piece's place among the shard's pieces. Each
+run (a table, a list of rows) is handed on once the next one is read, so
+that the state moves to the next piece as soon as a piece's last row is
+handed on: `datasets` takes its own positions between tables (a `map`'s
+rebatching), and one taken there names the next piece, not the end of the
+last. That costs a shard's first row the reading of its second run too. A
+state saved without `PIECE` (by an earlier release) still resumes, by
+reading the shard from its start and dropping what it had read.
 """
 
 from __future__ import annotations
@@ -46,18 +61,27 @@ from itertools import islice
 from typing import Any, Callable, Iterator
 
 import datasets
+import pyarrow as pa
+from datasets import config
 from datasets.features.features import require_decoding
-from datasets.iterable_dataset import ArrowExamplesIterable, _split_gen_kwargs
+from datasets.formatting import PythonFormatter
+from datasets.iterable_dataset import ArrowExamplesIterable, _batch_to_examples, _split_gen_kwargs
 
 EPOCH = "epoch"  # the gen_kwarg that adds up the epochs' shifts (an int, not a list: never split into shards)
+# The state's place among the shard's pieces: the pieces done, and the examples read of the next (None where a state
+# was saved without them).
+PIECE, PIECE_EXAMPLE = "piece_idx", "piece_example_idx"
 
-# (gen_kwargs) -> (key, Python rows), in lists: the rows of the tables function's tables, as they convert.
-RowsFn = Callable[..., Iterator[tuple[Any, list[dict]]]]
+# (gen_kwargs, start=(pieces done, rows of the next read)) -> (piece, Python rows), in lists: the rows of the tables
+# function's tables, as they convert, each keyed by its piece's place among the shard's pieces.
+RowsFn = Callable[..., Iterator[tuple[int, list[dict]]]]
+Run = Any  # a table (`pa.Table`) or a list of Python rows
 
 
 class Tables(ArrowExamplesIterable):
     """An `ArrowExamplesIterable` that reports `features`, yields rows of a rows function beside its tables
-    function, and adds up the epochs' seed shifts into its `EPOCH` gen_kwarg."""
+    function, resumes a shard at the piece its state names, and adds up the epochs' seed shifts into its `EPOCH`
+    gen_kwarg."""
 
     _features: datasets.Features | None
     _rows_fn: RowsFn
@@ -84,25 +108,67 @@ class Tables(ArrowExamplesIterable):
         """The builder whose rows this iterates (a `UCVolume`)."""
         return self._rows_fn.__self__
 
+    def _init_state_dict(self) -> dict:
+        state = super()._init_state_dict()
+        state.update({PIECE: None, PIECE_EXAMPLE: None})  # set as the pass starts: None left is a state without them
+        return state
+
     def __iter__(self):  # noqa: ANN204 - datasets' signature
-        if self._features is None:
-            yield from super().__iter__()
+        state = self._state_dict or _fresh_state()  # none: a pass nobody resumes
+        if self._features is not None:
+            # datasets' own loop (ArrowExamplesIterable.__iter__), over the rows function's rows rather than its
+            # tables converted.
+            for piece, rows, following in self._runs(self._rows_fn, state):
+                for k, example in enumerate(rows, 1):
+                    _count(state, 1, piece, following if k == len(rows) else piece)
+                    yield piece, example
             return
-        # datasets' own loop (ArrowExamplesIterable.__iter__), with its state (shard, example in shard), over the
-        # rows function's rows rather than its tables converted.
-        state = self._state_dict or {"shard_idx": 0, "shard_example_idx": 0}  # none: a pass nobody resumes
+        formatter = PythonFormatter()  # as ArrowExamplesIterable.__iter__ converts, and decodes, the tables
+        for piece, table, following in self._runs(self.generate_tables_fn, state):
+            left = len(table)
+            for part in table.to_reader(max_chunksize=config.ARROW_READER_BATCH_SIZE_IN_DATASET_ITER):
+                for example in _batch_to_examples(formatter.format_batch(part)):
+                    left -= 1
+                    _count(state, 1, piece, piece if left else following)
+                    yield piece, example
+
+    def _iter_arrow(self) -> Iterator[tuple[int, pa.Table]]:
+        state = self._state_dict or _fresh_state()
+        for piece, table, following in self._runs(self.generate_tables_fn, state):
+            _count(state, len(table), piece, following)
+            yield piece, table
+
+    def _runs(self, fn: Callable[..., Iterator[tuple[int, Run]]], state: dict
+              ) -> Iterator[tuple[int, Run, int | None]]:
+        """(piece, run, what follows it) of `fn` (the tables or the rows function) for every shard from `state`'s
+        position on, each shard's started at its piece. What follows a run: the next run's piece, `_END` where the
+        shard ends, or None where reading on failed (raised once the run is handed on). The caller counts the
+        examples it hands on into `state` (`_count`).
+
+        The next run is read before a run is handed on: where it is another piece's, the state moves to that piece
+        once the run is handed on, so a position taken between the two (datasets takes its own between tables)
+        names the next piece, and a resume from it reads nothing of the one done."""
         for gen_kwargs in islice(_split_gen_kwargs(self.kwargs, max_num_jobs=self.num_shards), state["shard_idx"], None):
-            skip = state["shard_example_idx"]
-            for key, rows in self._rows_fn(**gen_kwargs):
-                if skip >= len(rows):
-                    skip -= len(rows)
-                    continue
-                for example in islice(rows, skip, None):
-                    state["shard_example_idx"] += 1
-                    yield key, example
-                skip = 0
-            state["shard_idx"] += 1
-            state["shard_example_idx"] = 0
+            drop = 0
+            if state.get(PIECE) is None:  # saved without its place in the pieces: read from the shard's start again
+                state[PIECE], state[PIECE_EXAMPLE], drop = 0, 0, state["shard_example_idx"]
+            start = (state[PIECE], state[PIECE_EXAMPLE])
+            # Told only where a pass resumes: a function made for datasets' own iterable takes the gen_kwargs alone.
+            runs = _dropped(fn(**gen_kwargs) if start == (0, 0) else fn(**gen_kwargs, start=start), drop, state)
+            held = next(runs, None)
+            if held is None:
+                _next_shard(state)
+            while held is not None:
+                piece, run = held
+                if piece != state[PIECE]:
+                    state[PIECE], state[PIECE_EXAMPLE] = piece, 0
+                try:
+                    following = next(runs, None)
+                except Exception:
+                    yield piece, run, None
+                    raise
+                yield piece, run, _END if following is None else following[0]
+                held = following
 
     def shift_rngs(self, value: int) -> Tables:
         if EPOCH not in self.kwargs:
@@ -122,6 +188,41 @@ class Tables(ArrowExamplesIterable):
 
     def reshard_data_sources(self) -> Tables:
         return Tables.of(super().reshard_data_sources(), self._features, self._rows_fn)
+
+
+_END = -1  # what follows a shard's last run
+
+
+def _fresh_state() -> dict:
+    return {"shard_idx": 0, "shard_example_idx": 0, PIECE: 0, PIECE_EXAMPLE: 0}
+
+
+def _count(state: dict, examples: int, piece: int, following: int | None) -> None:
+    """`examples` more of `piece` handed on; then, where `following` is not `piece`, the state moved past it: to
+    the start of the `following` piece, or of the next shard (`_END`); None: where reading on failed, it stays."""
+    state["shard_example_idx"] += examples
+    state[PIECE_EXAMPLE] += examples
+    if following == _END:
+        _next_shard(state)
+    elif following is not None and following != piece:
+        state[PIECE], state[PIECE_EXAMPLE] = following, 0
+
+
+def _next_shard(state: dict) -> None:
+    state.update({"shard_idx": state["shard_idx"] + 1, "shard_example_idx": 0, PIECE: 0, PIECE_EXAMPLE: 0})
+
+
+def _dropped(runs: Iterator[tuple[int, Run]], rows: int, state: dict) -> Iterator[tuple[int, Run]]:
+    """`runs` without their first `rows` rows (counted in their pieces in `state`, as read before), nor empty ones."""
+    for piece, run in runs:
+        if rows:
+            if piece != state[PIECE]:
+                state[PIECE], state[PIECE_EXAMPLE] = piece, 0
+            n = min(rows, len(run))
+            run, rows = run[n:], rows - n
+            state[PIECE_EXAMPLE] += n  # already in shard_example_idx
+        if len(run):
+            yield piece, run
 
 
 def _this_worker() -> tuple[int, int] | None:

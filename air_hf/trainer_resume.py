@@ -62,9 +62,11 @@ class StreamResumeCallback(TrainerCallback):
     checkpoint of its step in `args.output_dir` (the one
     `resume_from_checkpoint=True` takes), and its first batch is the one the
     stopped run would have trained on next. Rows of the finished steps are
-    not handed to the pipeline again (`map`, tokenizing, collating); inside a
-    shard, `datasets` reaches the position by reading the shard's rows up to
-    it without yielding them.
+    not handed to the pipeline again (`map`, tokenizing, collating), and a
+    `uc-volume` stream does not read them either: it starts at the piece of
+    its shard it stopped in (a file, a span of one, a row group), and inside
+    it at the row where the reader can (Parquet: its row group, sliced),
+    else where the reader's parse of the piece reaches it.
 
     The callback sets `args.ignore_data_skip`: the stream resumes from its
     position, not by the Trainer reading and dropping batches. A checkpoint

@@ -18,6 +18,7 @@ from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainingArguments
 
 import air_hf
 from air_core import StateError
+from air_core.io.cache import Cache
 
 SCRIPTS = Path(__file__).parent / "scripts"
 
@@ -34,6 +35,12 @@ class Chat:
 
     def tokenized(self) -> list[int]:
         return logged(self.log)
+
+    def fetched(self, data: str = "chat") -> set[int]:
+        """The files of `data` (their numbers: partN.jsonl) whose copy is in the node cache."""
+        cache = Cache()
+        return {int(p.stem.removeprefix("part")) for p in self.volume.local(data).iterdir()
+                if cache.lookup(self.volume.path(f"{data}/{p.name}"), p.stat().st_size, p.stat().st_mtime_ns)}
 
 
 @pytest.fixture
@@ -53,12 +60,15 @@ def read_on(tokenized: list[int], trained: list[list[int]]) -> bool:
 
 def stop_and_resume(chat: Chat, stop: int, steps: int, **options) -> None:
     """The run uninterrupted equals the run stopped at step `stop` (in the first epoch) then resumed, and the resume
-    tokenizes no row of the finished steps."""
+    tokenizes no row of the finished steps, nor fetches a file all of whose rows they trained on."""
     full = chat.train("full", steps, save_steps=steps, **options)
     first = chat.train("stopped", stop, save_steps=stop, **options)
+    Cache().clear()
     second = chat.train("stopped", steps, resume=True, save_steps=steps, **options)
     assert first + second == full
     assert not rows(first) & set(chat.tokenized())
+    done = {f for f in range(16) if set(range(10 * f, 10 * f + 10)) <= rows(first)}  # write_chat: row k in file k // 10
+    assert done and not done & chat.fetched()
     if options.get("workers", 0) == 0:
         assert read_on(chat.tokenized(), second)
 
