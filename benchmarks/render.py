@@ -140,10 +140,14 @@ def headline(data: dict) -> tuple[list[tuple], dict[str, tuple[float, float | No
         rows += lines_targets(data["lines"][1])
     if "webdataset" in data:
         rows += webdataset_targets(data["webdataset"][1])
+    if "media" in data:
+        rows += media_targets(data["media"][1])
     if "files_api" in data:
         rows += files_api_targets(one(data["files_api"][1], "summary"))
     if "mixture" in data:
         rows += mixture_targets(one(data["mixture"][1], "summary"))
+    if "resume" in data:
+        rows += resume_targets(one(data["resume"][1], "summary"))
     if "stalls" in data:
         s = one(data["stalls"][1], "summary")
         ratio = s["stalls_over_no_stalls_worst"]
@@ -361,6 +365,58 @@ def mixture_targets(s: dict) -> list[tuple]:
     ]
 
 
+def resume_targets(s: dict) -> list[tuple]:
+    """The issue of resuming a Trainer: rows of the finished steps read again on a resume with the callback, and its
+    time to the first step beside a fresh start's and the Trainer's own skipping."""
+    at = f"resumed at step {s['steps']:,} of batch {s['batch']}"
+    target = s["time_target_ratio"]
+    return [
+        ("#41 resume", f"{at}: rows of the finished steps reaching the map or collator, StreamResumeCallback",
+         f"{s['callback_finished_rows_read']:,}", f"Trainer's skipping {s['default_mapped_finished_rows']:,.0f}",
+         None, "0", s["finished_rows_ok"]),
+        ("#41 resume", f"{at}: time to the first step ÷ a fresh start's, StreamResumeCallback",
+         s["callback_first_step_s"], f"fresh start {fmt(s['fresh_first_step_s'])} s", s["callback_over_fresh"],
+         f"≤ {target:g}×", s["time_ok"]),
+        ("#41 resume", f"{at}: time to the first step ÷ a fresh start's, the Trainer's own skipping",
+         s["default_first_step_s"], f"fresh start {fmt(s['fresh_first_step_s'])} s", s["default_over_fresh"], "",
+         None),
+    ]
+
+
+RESUME_SYSTEMS = [
+    ("fresh", "a fresh start (`train()`), with the callback"),
+    ("callback", "resumed with `StreamResumeCallback`"),
+    ("default", "resumed by the Trainer's own skipping"),
+]
+
+RESUME_NOTES = [
+    "## Resuming a Trainer mid-epoch",
+    "",
+    "`bench_resume.py`: chat JSON Lines records in 16 files under netvol, tokenized by a `.map` over",
+    "`load_dataset(\"uc-volume\", ..., streaming=True)`, a tiny GPT-2 built from a config and `transformers.Trainer`",
+    "with batch 8, one process. One run trains to step N with `StreamResumeCallback` (a checkpoint there), then",
+    "each measurement starts a process with an empty node cache (a restart on another machine) and times",
+    "`train()` to the end of its first step: a fresh start, the resume from step N with the callback, and the",
+    "same resume without it (accelerate's `skip_first_batches` reads and drops the finished steps' batches).",
+    "Rows are counted as they reach the map and the collator; volume bytes come from netvol's trace, from",
+    "`train()` to the end of the first step (`load_dataset`'s sample of records for the features apart).",
+]
+
+
+def resume_section(rec: list[dict]) -> list[str]:
+    """RESULTS.md's section of resuming a Trainer: each measurement's medians over the rounds."""
+    s = one(rec, "summary")
+    lines = [*RESUME_NOTES, "", f"**{s['records']:,} records ({s['data_bytes'] / 1e6:,.0f} MB), resumed at step "
+             f"{s['steps']:,}; medians of {s['rounds']} rounds**", "",
+             "| system | s to the first step | rows mapped by then | of the finished steps | volume bytes by then |",
+             "| --- | ---: | ---: | ---: | ---: |"]
+    for system, label in RESUME_SYSTEMS:
+        finished = s.get(f"{system}_mapped_finished_rows")
+        lines.append(f"| {label} | {s[f'{system}_first_step_s']:.3f} | {s[f'{system}_mapped_rows']:,.0f} | "
+                     f"{'' if finished is None else f'{finished:,.0f}'} | {s[f'{system}_first_step_bytes']:,.0f} |")
+    return lines
+
+
 WEBDATASET_SYSTEMS = [
     ("uc-volume", "uc-volume, DataLoader (2 workers a rank)"),
     ("hf-webdataset", "HF `webdataset`, DataLoader (2 workers a rank)"),
@@ -389,6 +445,84 @@ def webdataset_section(rec: list[dict]) -> list[str]:
     lines = ["## WebDataset: a folder of tars over 2 ranks", "", *WEBDATASET_NOTES]
     for s in (r for r in rec if "summary" in r):
         lines += ["", f"**{s['summary']}**", "", *systems_table(rec, WEBDATASET_SYSTEMS, "samples")]
+    return lines
+
+
+MEDIA_LAYOUTS = {"folder": "HF folder", "llava": "LLaVA"}
+MEDIA_PEERS = {"folder": ("hf_imagefolder", "HF imagefolder", "≥ 10×"),  # each layout's peer: its key, name, target
+               "llava": ("ray_download", "Ray download()", "≥ 2×")}
+
+
+def media_targets(rec: list[dict]) -> list[tuple]:
+    """The issue of records that name media: per layout and door, first-epoch records/s against our files mode over
+    the same images and against the layout's peer, volume bytes across ranks, a second epoch's volume bytes."""
+    rows = []
+    for s in (r for r in rec if "summary" in r):
+        layout = f"records naming images, {MEDIA_LAYOUTS.get(s['case'], s['case'])}"
+        key, peer, target = MEDIA_PEERS[s["case"]]
+        for prefix, door in (("", "uc-volume"), ("core_", "UCVolumeDataset rows")):
+            if f"{prefix}vs_files" in s:
+                rows.append(("#40 media", f"{layout}: first epoch records/s, {door}, 2 ranks x 2 DataLoader workers",
+                             s[f"{prefix}rows_s"], f"files mode {fmt(s[f'{prefix}files_rows_s'])}",
+                             s[f"{prefix}vs_files"], "≥ 0.8×", s[f"{prefix}vs_files_ok"]))
+            if f"{prefix}vs_{key}" in s:
+                rows.append(("#40 media", f"{layout}: the same records/s beside {peer}", s[f"{prefix}rows_s"],
+                             f"{peer} {fmt(s[f'{key}_rows_s'])}", s[f"{prefix}vs_{key}"], target,
+                             s[f"{prefix}vs_{key}_ok"]))
+            if f"{prefix}volume_bytes_ratio" in s:
+                rows.append(("#40 media", f"{layout}: volume bytes, {door}, 2 ranks, setup + first epoch ÷ records + "
+                             "images", s[f"{prefix}volume_bytes_ratio"],
+                             f"{peer} {fmt(s[f'{key}_volume_bytes_ratio'])}" if f"{key}_volume_bytes_ratio" in s
+                             else "", None, "≤ 1.05", s[f"{prefix}bytes_ok"]))
+                rows.append(("#40 media", f"{layout}: second epoch, {door}, volume bytes ÷ records + images",
+                             s[f"{prefix}second_bytes_ratio"], "", None, "0", s[f"{prefix}second_ok"]))
+        if "air_ray_vs_ray_download" in s:
+            rows.append(("#40 media", f"{layout}: Ray, first execution, records/s (read_uc_volume, include_bytes)",
+                         s["air_ray_rows_s"], f"Ray download() {fmt(s['ray_download_rows_s'])}",
+                         s["air_ray_vs_ray_download"], "", None))
+    return rows
+
+
+MEDIA_SYSTEMS = [
+    ("uc-volume", "uc-volume, DataLoader (2 workers a rank)"),
+    ("air_core-rows", "air_core `UCVolumeDataset(mode=\"rows\")`, its DataLoader (2 workers a rank)"),
+    ("hf-imagefolder", "HF `imagefolder`, DataLoader (2 workers a rank)"),
+    ("air_ray-read_uc_volume", "air_ray `read_uc_volume`, `include_bytes` (one process)"),
+    ("ray-download", "Ray `read_json` + `download()` (one process)"),
+]
+
+MEDIA_FILES_SYSTEMS = [
+    ("uc-volume-files", "uc-volume files mode, DataLoader (2 workers a rank)"),
+    ("air_core-files", "air_core `UCVolumeDataset` files mode, its DataLoader (2 workers a rank)"),
+]
+
+MEDIA_NOTES = [
+    "`bench_media.py`: N JPEGs of ~147 KiB of noise in folders of 1,000, each with a comment segment naming its",
+    "id, named by records in two layouts: HF's (`metadata.jsonl` beside the images: `file_name`, `id`, `caption`)",
+    "and LLaVA's (a JSON Lines file of `conversations` naming them under a sibling `images/` folder, read with",
+    "`media={\"image\": \"image\"}, media_dir=\"images\"`), under netvol. Ranks are 2 processes started together,",
+    "each with a node cache of its own (empty at the start of each system's run), as two nodes. No reader decodes",
+    "an image: HF's datasets are cast to `Image(decode=False)`, and every consumer reads each image's bytes (from",
+    "the path it is given: our cached copy, or for `imagefolder` the volume's file), counts its records and sums",
+    "their ids and image bytes, so \"records complete\" means every record exactly once with its image whole.",
+    "Files mode reads the same images loose (`include=\"*.jpg\"`), each id read from the image's bytes: what the",
+    "records should cost little on top of, through the same door. Volume bytes come from netvol's trace, as a",
+    "multiple of the records' and images' bytes (the images' alone for files mode). `imagefolder` makes one shard",
+    "of one metadata file, so each rank reads every record and keeps every other, and one of its 2 workers idles.",
+    "Ray's `download()` runs in one process with every worker set up so that fsspec's HTTP file system, which it",
+    "imports for each path on 16 threads, fails to import at once where aiohttp is not installed: otherwise",
+    "imports racing one another fail and Ray turns the images they were for into nulls.",
+]
+
+
+def media_section(rec: list[dict]) -> list[str]:
+    """RESULTS.md's section of records that name media: every system's records/s and volume bytes, per layout, and
+    our files mode over the same images."""
+    lines = ["## Records that name images: HF's folder layout and LLaVA's, over 2 ranks", "", *MEDIA_NOTES]
+    for s in (r for r in rec if "summary" in r):
+        lines += ["", f"**{s['summary']}**", "", *systems_table(rec, MEDIA_SYSTEMS, "records", case=s["case"])]
+    lines += ["", "**The same images loose, files mode**", "",
+              *systems_table(rec, MEDIA_FILES_SYSTEMS, "files", case=None)]
     return lines
 
 
@@ -915,8 +1049,12 @@ def render(results: Path, md: Path, png: Path) -> None:
         lines += ["", *lines_section(data["lines"][1])]
     if "webdataset" in data:
         lines += ["", *webdataset_section(data["webdataset"][1])]
+    if "media" in data:
+        lines += ["", *media_section(data["media"][1])]
     if "mixture" in data:
         lines += ["", *MIXTURE_NOTES]
+    if "resume" in data:
+        lines += ["", *resume_section(data["resume"][1])]
     if "scale" in data:
         lines += ["", *SCALE_NOTES, "", *scale_table(data["scale"][1]), "", "![scale](scale.png)"]
         scale_plot(data["scale"][1], png.with_name("scale.png"))

@@ -9,7 +9,7 @@ they sit on the node's local NVMe disk; on a VM whose virtual disk makes page
 cache writes cost 3x more from one hour to the next, run with TMPDIR=/dev/shm
 so that every system's cache sits in memory alike.
 
-Usage: TMPDIR=/dev/shm python benchmarks/run_all.py [--only core,hf,stalls,pack,lines,webdataset,files_api,mixture,...] [--render]
+Usage: TMPDIR=/dev/shm python benchmarks/run_all.py [--only core,hf,stalls,pack,lines,webdataset,media,files_api,mixture,resume,...] [--render]
 """
 
 from __future__ import annotations
@@ -39,8 +39,10 @@ BENCHES = {
     "pack": ["bench_pack.py", "--files", "20000"],
     "lines": ["bench_lines.py", "--root", "{tmp}/air-bench-lines"],
     "webdataset": ["bench_webdataset.py", "--root", "{tmp}/air-bench-wds"],
+    "media": ["bench_media.py", "--root", "{tmp}/air-bench-media"],
     "files_api": ["bench_files_api.py", "--root", "{tmp}/air-bench-files-api"],
     "mixture": ["bench_mixture.py"],
+    "resume": ["bench_resume.py", "--root", "{tmp}/air-bench-resume"],
 }
 
 
