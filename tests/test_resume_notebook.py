@@ -1,0 +1,27 @@
+"""notebooks/trainer_resume.ipynb runs from top to bottom on the venv's python3 kernel, and says what it shows."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+
+pytestmark = pytest.mark.slow  # a Jupyter kernel, four Trainer runs
+
+NOTEBOOK = Path(__file__).resolve().parent.parent / "notebooks" / "trainer_resume.ipynb"
+
+
+def test_notebook_runs(tmp_path, monkeypatch):
+    monkeypatch.delenv("AIR_VOLUMES_ROOT", raising=False)
+    monkeypatch.delenv("AIR_CACHE_DIR", raising=False)
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    NotebookClient(nb, kernel_name="python3", timeout=300, resources={"metadata": {"path": str(tmp_path)}}).execute()
+    printed = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []))
+    assert "stopped after 40 steps; checkpoints: ['checkpoint-20', 'checkpoint-40']" in printed
+    with_callback, without = printed.split("resumed without the callback", 1)
+    assert "resumed: 20 steps trained" in with_callback and "rows of steps 1-40 tokenized again: 0\n" in with_callback
+    assert "steps 1-40 then 41-60 train on the rows of the run uninterrupted: True" in with_callback
+    assert '"piece_idx": 1' in with_callback  # the stream starts at the second file of its shard
+    assert ": 20 steps trained" in without and "rows of steps 1-40 tokenized again: 320\n" in without
