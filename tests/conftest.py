@@ -146,3 +146,17 @@ def ray_cluster():
                 raise
     yield ray
     ray.shutdown()
+
+
+def run_notebook(name: str, tmp_path: Path, monkeypatch) -> tuple:
+    """notebooks/`name` executed on the venv's python3 kernel in `tmp_path`, with no volume or cache folder set
+    (it makes its own): the executed notebook, and the text its code cells printed."""
+    import nbformat
+    from nbclient import NotebookClient
+
+    monkeypatch.delenv("AIR_VOLUMES_ROOT", raising=False)
+    monkeypatch.delenv("AIR_CACHE_DIR", raising=False)
+    nb = nbformat.read(ROOT / "notebooks" / name, as_version=4)
+    NotebookClient(nb, kernel_name="python3", timeout=300, resources={"metadata": {"path": str(tmp_path)}}).execute()
+    printed = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []))
+    return nb, printed

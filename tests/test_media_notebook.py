@@ -2,23 +2,15 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
-import nbformat
 import pytest
-from nbclient import NotebookClient
+
+from conftest import run_notebook
 
 pytestmark = pytest.mark.slow  # a Jupyter kernel, DataLoader workers
 
-NOTEBOOK = Path(__file__).resolve().parent.parent / "notebooks" / "media_records.ipynb"
-
 
 def test_notebook_runs(tmp_path, monkeypatch):
-    monkeypatch.delenv("AIR_VOLUMES_ROOT", raising=False)
-    monkeypatch.delenv("AIR_CACHE_DIR", raising=False)
-    nb = nbformat.read(NOTEBOOK, as_version=4)
-    NotebookClient(nb, kernel_name="python3", timeout=300, resources={"metadata": {"path": str(tmp_path)}}).execute()
-    printed = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []))
+    nb, printed = run_notebook("media_records.ipynb", tmp_path, monkeypatch)
     # the image-caption folder: splits, its image a feature, into TRL's shape
     assert "train: IterableDataset({\n        features: ['image', 'caption']" in printed
     assert "user [{'type': 'image', 'image': 'PngImageFile'}, {'type': 'text', 'text': 'Describe the picture.'}]" \

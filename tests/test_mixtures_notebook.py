@@ -2,23 +2,15 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
-import nbformat
 import pytest
-from nbclient import NotebookClient
+
+from conftest import run_notebook
 
 pytestmark = pytest.mark.slow  # a Jupyter kernel
 
-NOTEBOOK = Path(__file__).resolve().parent.parent / "notebooks" / "mixtures.ipynb"
-
 
 def test_notebook_runs(tmp_path, monkeypatch):
-    monkeypatch.delenv("AIR_VOLUMES_ROOT", raising=False)
-    monkeypatch.delenv("AIR_CACHE_DIR", raising=False)
-    nb = nbformat.read(NOTEBOOK, as_version=4)
-    NotebookClient(nb, kernel_name="python3", timeout=300, resources={"metadata": {"path": str(tmp_path)}}).execute()
-    printed = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []))
+    _, printed = run_notebook("mixtures.ipynb", tmp_path, monkeypatch)
     for epoch in range(3):
         assert f"{epoch:>5}  60% → 60.00%  30% → 30.00%  10% → 10.00%" in printed
     assert "chat files seen after 3 epochs: 3000 of 3000" in printed

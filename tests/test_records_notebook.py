@@ -2,23 +2,15 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
-import nbformat
 import pytest
-from nbclient import NotebookClient
+
+from conftest import run_notebook
 
 pytestmark = pytest.mark.slow  # a Jupyter kernel, DataLoader workers, Ray
 
-NOTEBOOK = Path(__file__).resolve().parent.parent / "notebooks" / "records.ipynb"
-
 
 def test_notebook_runs(tmp_path, monkeypatch):
-    monkeypatch.delenv("AIR_VOLUMES_ROOT", raising=False)
-    monkeypatch.delenv("AIR_CACHE_DIR", raising=False)
-    nb = nbformat.read(NOTEBOOK, as_version=4)
-    NotebookClient(nb, kernel_name="python3", timeout=300, resources={"metadata": {"path": str(tmp_path)}}).execute()
-    printed = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []))
+    nb, printed = run_notebook("records.ipynb", tmp_path, monkeypatch)
     assert "shards: 4 | rows per rank:" in printed and "each conversation once: True" in printed
     assert "100 batches, 6300 conversations" in printed
     assert "part.jsonl, line 2 (byte offset 26): not a valid JSON object" in printed and "[1, 3]" in printed

@@ -2,23 +2,15 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
-import nbformat
 import pytest
-from nbclient import NotebookClient
+
+from conftest import run_notebook
 
 pytestmark = pytest.mark.slow  # a Jupyter kernel, four Trainer runs
 
-NOTEBOOK = Path(__file__).resolve().parent.parent / "notebooks" / "trainer_resume.ipynb"
-
 
 def test_notebook_runs(tmp_path, monkeypatch):
-    monkeypatch.delenv("AIR_VOLUMES_ROOT", raising=False)
-    monkeypatch.delenv("AIR_CACHE_DIR", raising=False)
-    nb = nbformat.read(NOTEBOOK, as_version=4)
-    NotebookClient(nb, kernel_name="python3", timeout=300, resources={"metadata": {"path": str(tmp_path)}}).execute()
-    printed = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []))
+    _, printed = run_notebook("trainer_resume.ipynb", tmp_path, monkeypatch)
     assert "stopped after 40 steps; checkpoints: ['checkpoint-20', 'checkpoint-40']" in printed
     with_callback, without = printed.split("resumed without the callback", 1)
     assert "resumed: 20 steps trained" in with_callback and "rows of steps 1-40 tokenized again: 0\n" in with_callback
