@@ -74,7 +74,8 @@ class UCVolumeConfig(datasets.BuilderConfig):
         node_cache_dir: the node-local file cache (default `$AIR_CACHE_DIR`, then
             `/local_disk0`, then a per-user temp folder). Not `cache_dir`: that one is
             `load_dataset`'s own, for the Arrow cache.
-        node_cache_limit: cap on the node cache's bytes; None for no cap.
+        node_cache_limit: cap on the node cache's bytes, recorded in the cache for every process
+            on the node; None: keep to the cap last recorded there, if any.
         verify: check each cached copy's bytes against their checksum on every hit, not only
             its length, and fetch again one that differs (see `air_core.FileStream`).
         fetch_threads: concurrent reads from the volume per DataLoader worker (default:
