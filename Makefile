@@ -9,7 +9,7 @@ $(VENV)/.installed: pyproject.toml
 	$(VENV)/bin/pip install -q -e ".[dev]"
 	touch $@
 
-.PHONY: install demo test test-fast bench
+.PHONY: install demo test test-fast bench docs docs-serve
 install: $(VENV)/.installed
 
 demo: $(VENV)/.installed
@@ -25,3 +25,11 @@ test-fast: $(VENV)/.installed
 bench: $(VENV)/.installed
 	$(VENV)/bin/pip install -q "databricks-sdk-air[data]"   # the reference, for side-by-side runs only
 	TMPDIR=/dev/shm $(PY) benchmarks/run_all.py
+
+# The documentation site, from docs/ and the docstrings (the `docs` extra, part of `dev`): into site/, or served
+# with live reload at http://127.0.0.1:8000.
+docs: $(VENV)/.installed
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
+
+docs-serve: $(VENV)/.installed
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs serve

@@ -161,7 +161,7 @@ class DataLoader(torch.utils.data.DataLoader):
        delivered in the epoch is read once, also on another number of ranks or
        workers. `state_dict()` gathers every rank's progress through
        torch.distributed, so call it on every rank at the same step; every rank
-       gets the same state, `{"version": 2, "run": <JSON text>}`. Its keys never
+       gets the same state, `{"version": 3, "run": <JSON text>}`. Its keys never
        change, so with `torch.distributed.checkpoint` a fresh loader's
        `state_dict()` is the template that `dcp.load` fills in. Once every rank
        finished an epoch, the state is the start of the next one.
