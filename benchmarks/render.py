@@ -1004,13 +1004,54 @@ def before_after_section(folder: Path) -> list[str]:
     return out
 
 
+# The README's figures: the first of headline()'s rows whose issue and measure start so, in this order.
+README_ROWS = [
+    ("#2 core", "first epoch"), ("#2 core", "second epoch"),
+    ("#6 torch", "first epoch"), ("#6 torch", "warm epochs"),
+    ("#3 hf", "first epoch"), ("#3 hf", "second epoch"),
+    ("#4 ray", "first execution, files/s (default"), ("#4 ray", "second execution, files/s (default"),
+    ("pack", "first epoch, files/s (FileStream"),
+]
+README_START = "<!-- figures: start (benchmarks/render.py writes this table from benchmarks/results/) -->"
+README_END = "<!-- figures: end -->"
+TARGETS_HEADER = ["| issue | measure | ours | baseline | ratio | target | met |",
+                  "| --- | --- | ---: | --- | ---: | --- | --- |"]
+
+
+def target_row(row: tuple) -> str:
+    """One of headline()'s rows as a Markdown table row; a target missed reads **no**."""
+    issue, what, ours, base, ratio, target, met = row
+    o = ours if isinstance(ours, str) else ("" if ours is None else fmt(ours))
+    r = "" if ratio is None else f"{ratio:,.2f}×"
+    m = "" if met is None else ("yes" if met else "**no**")
+    return f"| {issue} | {what} | {o} | {base} | {r} | {target} | {m} |"
+
+
+def readme_figures(data: dict) -> list[str]:
+    """The README's table: a few of the targets' rows (README_ROWS), as RESULTS.md shows them."""
+    rows, _ = headline(data)
+    picked = [next(r for r in rows if r[0] == issue and r[1].startswith(what)) for issue, what in README_ROWS
+              if any(r[0] == issue and r[1].startswith(what) for r in rows)]
+    return [*TARGETS_HEADER, *map(target_row, picked)]
+
+
+def with_readme_figures(readme: str, results: Path) -> str:
+    """`readme` with the table between README_START and README_END made again from `results`."""
+    start, end = readme.index(README_START) + len(README_START), readme.index(README_END)
+    return readme[:start] + "\n" + "\n".join(readme_figures(load(results))) + "\n" + readme[end:]
+
+
 def render(results: Path, md: Path, png: Path) -> None:
+    """Write `md` and its plots (beside `png`) from `results`, and the figures of the README two folders
+    above `md` (the repository's, for benchmarks/RESULTS.md). The part of `md` the documentation's
+    performance page includes lies between the `--8<-- [start:results]` and `[end:results]` lines."""
     data = load(results)
     rows, bars = headline(data)
     plot(bars, png)
     lines = [
         "# Benchmark results",
         "",
+        "<!-- --8<-- [start:results] -->",
         "Every figure below was measured by `benchmarks/run_all.py`; each benchmark runs the reference",
         "(`databricks-sdk-air`), the native readers of HF `datasets` and Ray Data, and ours in one run, on",
         "the same data, under the project's `netvol/` emulator (10 ms per open, 200 MB/s per open file, 20 ms per",
@@ -1028,14 +1069,9 @@ def render(results: Path, md: Path, png: Path) -> None:
         "",
         "## Targets",
         "",
-        "| issue | measure | ours | baseline | ratio | target | met |",
-        "| --- | --- | ---: | --- | ---: | --- | --- |",
+        *TARGETS_HEADER,
     ]
-    for issue, what, ours, base, ratio, target, met in rows:
-        o = ours if isinstance(ours, str) else ("" if ours is None else fmt(ours))
-        r = "" if ratio is None else f"{ratio:,.2f}×"
-        m = "" if met is None else ("yes" if met else "**no**")
-        lines.append(f"| {issue} | {what} | {o} | {base} | {r} | {target} | {m} |")
+    lines += map(target_row, rows)
     compared = results / "before_after"
     if (compared / "revisions.json").exists():
         lines += ["", *before_after_section(compared)]
@@ -1058,10 +1094,13 @@ def render(results: Path, md: Path, png: Path) -> None:
     if "scale" in data:
         lines += ["", *SCALE_NOTES, "", *scale_table(data["scale"][1]), "", "![scale](scale.png)"]
         scale_plot(data["scale"][1], png.with_name("scale.png"))
-    lines += ["", "## Raw records", ""]
+    lines += ["", "<!-- --8<-- [end:results] -->", "", "## Raw records", ""]
     for name, (meta, records) in data.items():
         lines += [f"### {name}", "", f"`{meta['command']}` — {meta['wall_s']} s, load average {meta['load_avg']}"
                   " at the end", "", "```json"]
         lines += [json.dumps(r) for r in records]
         lines += ["```", ""]
     md.write_text("\n".join(lines))
+    readme = md.parent.parent / "README.md"
+    if readme.exists() and README_START in readme.read_text():
+        readme.write_text(with_readme_figures(readme.read_text(), results))
