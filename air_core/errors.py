@@ -17,6 +17,10 @@ class ManifestMismatchError(AirError, RuntimeError):
     """Two processes planned from different listings of the same folder."""
 
 
+class AuthError(AirError, PermissionError):
+    """The Files API refused this process's credentials, or they are missing."""
+
+
 class FetchError(AirError, OSError):
     """A file could not be copied from the volume into the cache."""
 

@@ -24,7 +24,7 @@ def local_path(row: Mapping[str, Any], *, cache_dir: str | None = None) -> str:
     The row's own `local_path` when this node holds that copy (always on a
     single machine: one `exists` check); else this node's cached copy of the
     same version of the file, fetched from the volume the first time, over
-    FUSE or the Files API as this process reaches volumes
+    FUSE or the Files API as this process reaches the file's volume
     (`air_core.doors.transport`). Past a full cache, the volume's file itself
     over FUSE.
 
@@ -47,15 +47,14 @@ def local_path(row: Mapping[str, Any], *, cache_dir: str | None = None) -> str:
         raise OptionError("local_path(row) needs the row's `path` column: read with include_paths=True")
     source = volume.parse(path).local
     size, mtime_ns = transport.stat(source)
-    remote = transport.remote()
-    cache = _cache(cache_dir or default_dir(), remote)
+    cache = _cache(cache_dir or default_dir())
     # A copy's name is its version's key (path, size, mtime) whichever node made it: compare names.
     if os.path.basename(cache.entry_path(path, size, mtime_ns)) != os.path.basename(copy):
         raise FetchError(0, f"{path} changed on the volume since its row was read: read the dataset again")
     got = cache.get(source, path, size, mtime_ns)
     if got is not None:
         return got
-    if remote is None:
+    if transport.remote(source) is None:
         return source  # a full cache: the volume's file, on the mount
     raise FetchError(errno.ENOSPC, f"{path}: the node cache {cache.root} is full, and over the Files API no local "
                                    "file holds the volume's file: free room there (air-data cache prune), or use "
@@ -63,7 +62,6 @@ def local_path(row: Mapping[str, Any], *, cache_dir: str | None = None) -> str:
 
 
 @functools.lru_cache(maxsize=4)
-def _cache(root: str, remote: object) -> Cache:
-    # One handle per process, folder and transport (a handle fetches through the one it was made under):
-    # making one scans the folder.
+def _cache(root: str) -> Cache:
+    # One handle per process and folder: making one scans the folder.
     return Cache(root)

@@ -146,7 +146,7 @@ def files_ours(server: Server, path: str, n: int, cache: str) -> list[dict]:
 
     from air_core.io import transport
 
-    transport.remote()  # the SDK's import and configuration, once a process: untimed, as the baselines' client
+    transport.remote(path)  # the SDK's import and configuration, once a process: untimed, as the baselines' client
     server.take()
     t = time.perf_counter()
     stream = air_core.FileStream(path, cache_dir=cache, fetch_threads=POOL)

@@ -15,10 +15,9 @@ import pytest
 pytest.importorskip("databricks.sdk")
 
 import air_core  # noqa: E402
-from air_core.errors import FetchError, OptionError, VolumePathError  # noqa: E402
+from air_core.errors import AuthError, FetchError, OptionError, VolumePathError  # noqa: E402
 from air_core.io import transport  # noqa: E402
 from air_core.io.cache import Cache  # noqa: E402
-from air_core.io.files_api import AuthError  # noqa: E402
 from databricks.sdk import WorkspaceClient  # noqa: E402
 
 
@@ -74,14 +73,13 @@ def test_server_pages_ranges_and_faults(files_api):
 
 def test_choose_transport():
     never = lambda: pytest.fail("credentials looked up")  # noqa: E731
-    assert transport.choose("files-api", True, True, never) == "files-api"
-    assert transport.choose("fuse", False, False, never) == "fuse"
-    assert transport.choose(None, True, False, never) == "fuse"
-    assert transport.choose(None, False, True, never) == "fuse"
-    assert transport.choose(None, False, False, lambda: True) == "files-api"
-    assert transport.choose(None, False, False, lambda: False) == "fuse"
+    assert transport.choose("files-api", True, never) == "files-api"
+    assert transport.choose("fuse", False, never) == "fuse"
+    assert transport.choose(None, True, never) == "fuse"
+    assert transport.choose(None, False, lambda: True) == "files-api"
+    assert transport.choose(None, False, lambda: False) == "fuse"
     with pytest.raises(OptionError, match="AIR_VOLUMES_TRANSPORT='ftp': give one of fuse, files-api"):
-        transport.choose("ftp", False, False, never)
+        transport.choose("ftp", False, never)
 
 
 def test_auto_selects_files_api_with_credentials_and_no_mount(files_api, monkeypatch):
@@ -90,7 +88,78 @@ def test_auto_selects_files_api_with_credentials_and_no_mount(files_api, monkeyp
     files_api.write("d/a.bin", b"abc")
     assert [f.read_bytes() for f in air_core.FileStream(files_api.path("d"))] == [b"abc"]
     monkeypatch.setenv("AIR_VOLUMES_ROOT", str(files_api.root))  # a local folder stands for /Volumes: FUSE
-    assert transport.remote() is None
+    assert transport.remote(files_api.path("d")) is None
+
+
+def _mount_without_the_volume(files_api, monkeypatch, tmp_path, root: str):
+    """A folder standing for /Volumes (the mount itself, or AIR_VOLUMES_ROOT's) that holds the volume
+    /Volumes/main/ml/here but not the Files API's; transport chosen per volume."""
+    monkeypatch.delenv("AIR_VOLUMES_TRANSPORT")
+    mount = tmp_path / "mount"
+    (mount / "main/ml/here/d").mkdir(parents=True)
+    (mount / "main/ml/here/d/m.bin").write_bytes(b"mounted")
+    if root == "mount":
+        monkeypatch.setattr(transport, "FUSE_ROOT", str(mount))
+    else:
+        monkeypatch.setenv("AIR_VOLUMES_ROOT", str(mount))
+    return mount
+
+
+@pytest.mark.parametrize("root", ["mount", "AIR_VOLUMES_ROOT"])
+def test_a_volume_not_on_the_mount_is_read_over_the_files_api(files_api, monkeypatch, tmp_path, root):
+    v, s = files_api, files_api.server
+    _mount_without_the_volume(v, monkeypatch, tmp_path, root)
+    v.write("d/a.bin", b"abc")
+    table = pa.table({"id": list(range(1000)), "x": [float(i) for i in range(1000)]})
+    v.local("t").mkdir()
+    pq.write_table(table, v.local("t/part.parquet"), row_group_size=250)
+    assert [f.read_bytes() for f in air_core.FileStream(v.path("d"))] == [b"abc"]
+    assert sorted(r["id"] for r in air_core.RowStream(v.path("t"))) == list(range(1000))
+    assert {r.path.rsplit("/", 1)[1] for r in _data_requests(s)} == {"a.bin", "part.parquet"}
+    s.clear_trace()
+    # The volume on the mount, in the same process: read from it, no request
+    assert [f.read_bytes() for f in air_core.FileStream("/Volumes/main/ml/here/d")] == [b"mounted"]
+    assert s.trace == []
+
+
+def test_a_pack_from_a_volume_on_the_mount_onto_one_off_it(files_api, monkeypatch, tmp_path):
+    v, s = files_api, files_api.server
+    source = _mount_without_the_volume(v, monkeypatch, tmp_path, "mount") / "main/ml/here/d"
+    for i in range(20):
+        (source / f"f{i:02d}.bin").write_bytes(os.urandom(1000 + i))
+    r = air_core.pack("/Volumes/main/ml/here/d", v.path("packed"), shard_size=8000, row_group_size=4000)
+    assert r.files == 21 and len(r.shards) > 1
+    # The files read from the mount, the pack written (and its offsets read back) over the Files API
+    assert {q.path[:len(v.path("packed"))] for q in s.trace if q.path.startswith("/Volumes/")} == {v.path("packed")}
+    assert {q.path.rsplit("/", 1)[1] for q in s.requests("PUT", "files")} >= set(r.shards)  # the pack written by PUTs
+    packed = sorted(f.read_bytes() for f in air_core.FileStream(v.path("packed")))
+    assert packed == sorted(p.read_bytes() for p in source.iterdir())
+
+
+@pytest.mark.parametrize("root", ["mount", "AIR_VOLUMES_ROOT"])
+def test_neither_mount_nor_credentials_says_what_was_tried(files_api, monkeypatch, tmp_path, root):
+    mount = _mount_without_the_volume(files_api, monkeypatch, tmp_path, root)
+    monkeypatch.delenv("DATABRICKS_HOST")
+    monkeypatch.delenv("DATABRICKS_TOKEN")
+    files_api.write("d/a.bin", b"abc")
+    with pytest.raises(VolumePathError, match=rf"the volume /Volumes/main/ml/raw itself is not there \(not at "
+                                              rf"{mount}/main/ml/raw on this machine, and no Databricks credentials "
+                                              r"were found to read it over the Files API \(databricks-sdk: .+\): "
+                                              "set AIR_VOLUMES_ROOT .* or DATABRICKS_HOST and DATABRICKS_TOKEN"):
+        air_core.FileStream(files_api.path("d"))
+
+
+def test_off_the_mount_the_files_api_answer_says_what_was_tried(files_api, monkeypatch, tmp_path):
+    v = files_api
+    mount = _mount_without_the_volume(v, monkeypatch, tmp_path, "mount")
+    v.files("imgs", 2)
+    with pytest.raises(VolumePathError, match=rf"the volume /Volumes/main/ml/other itself is not there \(read over "
+                                              rf"the Files API of {v.server.host} as it is not at "
+                                              rf"{mount}/main/ml/other on this machine\)"):
+        air_core.FileStream("/Volumes/main/ml/other/x")
+    monkeypatch.setenv("DATABRICKS_TOKEN", "dapi-wrong")
+    with pytest.raises(AuthError, match=rf"{v.server.host} refused .*403.*DATABRICKS_TOKEN"):
+        air_core.FileStream(v.path("imgs"))
 
 
 def test_missing_folder_says_what_to_set(files_api, monkeypatch):

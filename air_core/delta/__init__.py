@@ -96,9 +96,9 @@ def export_delta(
         from ..io import transport
         from . import spark_engine
 
-        if transport.remote() is not None:
+        if transport.remote(target.vp.local) is not None:
             raise OptionError(f"spark= writes the export with Spark's own writers, which need {target.vp.volume} "
-                              "as a file system, and this process reaches volumes over the Files API: leave "
+                              "as a file system, and this process reaches it over the Files API: leave "
                               "spark unset (deltalake stages each file on local disk and uploads it), or export "
                               "where the volume is mounted")
         if rows_per_row_group is not None:

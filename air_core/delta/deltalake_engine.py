@@ -63,8 +63,8 @@ def _open(table: str, version: int | None):
     identity, uri = table, table
     if table.startswith(("/Volumes/", "dbfs:/Volumes/")):
         vp = volume.parse(table)
-        if transport.remote() is not None:
-            raise TableError(f"{vp.path}: this process reaches volumes over the Files API, and deltalake reads a "
+        if transport.remote(vp.local) is not None:
+            raise TableError(f"{vp.path}: this process reaches its volume over the Files API, and deltalake reads a "
                              "table only from a file system or an object store URI: read it where the volume is "
                              "mounted, or give the table's location in cloud storage (s3://, abfss://, gs://)")
         identity, uri = vp.path, vp.local

@@ -208,7 +208,7 @@ class Destination:
             name = f"{'snapshot' if version is None else f'v{version}'}-{time.strftime(_STAMP, started)}-{token}"
             folder = os.path.join(exports, name)
             try:
-                if transport.remote() is None:
+                if transport.remote(folder) is None:
                     rows = snapshot.write(folder, token, Parts())
                     files = sorted(n for n in os.listdir(folder) if _is_part(n))
                 else:
@@ -237,7 +237,7 @@ class Destination:
         local = self.vp.local
         if pointer is not None:
             return pointer
-        there = (os.path.lexists(local) if transport.remote() is None
+        there = (os.path.lexists(local) if transport.remote(local) is None
                  else transport.is_dir(local) or transport.is_file(local))
         if not there:
             return None
@@ -271,7 +271,7 @@ class Destination:
         pointer["retired"] = retired
         data = json.dumps(pointer, indent=1).encode()
         target = os.path.join(self.vp.local, POINTER)
-        api = transport.remote()
+        api = transport.remote(target)
         if api is not None:
             api.put(target, data)  # a PUT is whole or nothing: no hidden name to rename
         else:

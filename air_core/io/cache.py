@@ -91,6 +91,7 @@ from ..errors import FetchError, OptionError
 from . import transport
 from .cache_ledger import Ledger
 from .fetch import ordered_map
+from .kernel_copy import send_range
 from .node_lock import lock_file, unlock_file
 
 if TYPE_CHECKING:
@@ -211,7 +212,6 @@ class Cache:
         self.reserve_bytes = reserve_bytes
         self._start()
         _handles.add(self)
-        self._remote = transport.remote()  # once, not per copy: which transport is a few environment lookups
         objects = self._objects  # the count holds no reference to the handle: a handle goes with its last user
         self._ledger = Ledger(self.root, lambda: int(_survey(objects)[1].sum()))
         self._damage_log = os.path.join(self.root, "damaged")
@@ -379,7 +379,7 @@ class Cache:
         length = _length(size, span)
         try:
             _record(fd, length, copy_into(source, volume_path, size, mtime_ns, fd, span, checksum=self.verify,
-                                          remote=self._remote))
+                                          remote=transport.remote(source)))
         except BaseException:
             self._ledger.release(length)
             raise
@@ -712,8 +712,8 @@ def copy_into(source: str, volume_path: str, size: int, mtime_ns: int, fd: int, 
     allows. A range far slower than the others is hedged (`ordered_map`); the
     copy that loses stops at its next chunk, and writes the same bytes
     through a descriptor of its own until then, so returning late it cannot
-    write into whatever file reuses `fd`'s number. `remote`: the Files API client (`transport.remote()`)
-    when volumes are reached through it, else None: `source` is then a local path.
+    write into whatever file reuses `fd`'s number. `remote`: the Files API client through which `source`'s
+    volume is reached (`transport.remote(source)`), else None: `source` is then a local path.
     """
     begin, end = (0, size) if span is None else span
     if not 0 <= begin <= end <= size:
@@ -737,7 +737,7 @@ def copy_into(source: str, volume_path: str, size: int, mtime_ns: int, fd: int, 
             if checksum:
                 copied, blocks = _copy(src, fd, begin, end, begin)
             else:
-                copied = _send(src, fd, begin, end)
+                copied = send_range(src, fd, begin, end)  # at `fd`'s position: its start, the file being new
         finally:
             os.close(src)
     if copied != end - begin:
@@ -776,23 +776,6 @@ def _copy_range(source: str, volume_path: str, size: int, mtime_ns: int, dst: in
             os.close(own)
     finally:
         os.close(src)
-
-
-def _send(src: int, dst: int, start: int, stop: int) -> int:
-    """Copy bytes [start, stop) of `src` to `dst`'s position (a new file's start): the kernel's copy, or
-    `_copy`'s where the file systems refuse it."""
-    copied = 0
-    try:
-        while copied < stop - start:
-            n = os.sendfile(dst, src, start + copied, stop - start - copied)
-            if not n:
-                break
-            copied += n
-    except OSError as e:
-        if e.errno not in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.ENOTSOCK) or copied:
-            raise
-        copied = _copy(src, dst, start, stop, start)[0]
-    return copied
 
 
 def _copy_buffer() -> memoryview:
@@ -942,7 +925,7 @@ def _require_attributes(probe: str) -> None:
 def read_bytes(source: str, volume_path: str, size: int, mtime_ns: int, span: Span | None = None) -> bytes:
     """Read `source` whole (or its bytes `span`) into memory, checking it is the listed version."""
     begin, end = (0, size) if span is None else span
-    if (api := transport.remote()) is not None:
+    if (api := transport.remote(source)) is not None:
         buffer = bytearray(end - begin)
 
         def write(view: memoryview, at: int) -> None:

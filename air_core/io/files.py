@@ -209,8 +209,6 @@ def _read_ahead(rows: Iterable[Row], cache: Cache, *, fetch_threads: int, prefet
                 on_error: OnError) -> Iterator[CachedFile | Skipped]:
     """The files of `rows` through `ordered_map`'s window of reads ahead, its `quick` still taking hits inline."""
 
-    mounted = transport.remote() is None  # over the Files API a volume file has no local path
-
     def fetch(item: Row) -> CachedFile:
         i, vpath, src, size, mtime = item
 
@@ -218,8 +216,8 @@ def _read_ahead(rows: Iterable[Row], cache: Cache, *, fetch_threads: int, prefet
             entry = cache.get(src, vpath, size, mtime)
             if entry is not None:
                 return CachedFile(vpath, entry, size, i)
-            return CachedFile(vpath, src if mounted else "", size, i, cached=False,
-                              data=read_bytes(src, vpath, size, mtime))
+            local = src if transport.remote(src) is None else ""  # over the Files API a file has no local path
+            return CachedFile(vpath, local, size, i, cached=False, data=read_bytes(src, vpath, size, mtime))
 
         try:
             return retrying(once, vpath)

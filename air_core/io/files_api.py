@@ -32,7 +32,7 @@ import time
 import urllib.parse
 from typing import BinaryIO, Callable
 
-from ..errors import AirError, FetchError
+from ..errors import AuthError, FetchError
 from .ranges import RangeFile
 
 FILES = "/api/2.0/fs/files"
@@ -46,10 +46,6 @@ _CHUNK = 256 << 10
 _RETRIED = frozenset({429, 500, 502, 503, 504})
 
 Write = Callable[[memoryview, int], None]  # (bytes, offset in the file)
-
-
-class AuthError(AirError, PermissionError):
-    """The Files API refused this process's credentials, or they are missing."""
 
 
 class FilesApi:
@@ -335,4 +331,4 @@ def _protocol_errors() -> tuple[type[BaseException], ...]:
     return (urllib3.exceptions.HTTPError, ConnectionError)
 
 
-__all__ = ["ATTEMPTS", "AuthError", "FilesApi", "MAX_IN_FLIGHT", "RemoteFile"]
+__all__ = ["ATTEMPTS", "FilesApi", "MAX_IN_FLIGHT", "RemoteFile"]

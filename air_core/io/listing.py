@@ -117,7 +117,7 @@ def list_records(
 def _listed(path: str | volume.VolumePath, selection: Selection) -> Manifest:
     vp = volume.parse(path)
     volume.require_dir(vp)
-    api = transport.remote()
+    api = transport.remote(vp.local)
     top = vp.local if api is not None else os.path.realpath(vp.local)
     walk = _Walk(vp, selection, {top})
     # Over the Files API a folder costs a request, not the lister's CPU: threads alone keep up.
@@ -282,7 +282,7 @@ def _scan(vp: volume.VolumePath, selection: Selection, local_dir: str, rel_dir: 
     sub-folders to list as `Folder`s. Only the files kept cost a `stat`; `beside`: the folder lies under one that
     holds a metadata file (see `list_records`)."""
     inc, exc, suffixes, metadata, records = selection
-    api = transport.remote()
+    api = transport.remote(local_dir)
     if api is not None:
         found, folders = api.list(local_dir)
         names = [(name, (size, mtime)) for name, size, mtime in found if name[0] not in "._"]

@@ -51,7 +51,7 @@ def stage(
         raise OptionError(f"-j/threads={threads}: give at least 1")
     manifest = list_folder(src, include=include, exclude=exclude)
     local_root = volume.parse(src).local
-    remote = transport.remote()
+    remote = transport.remote(local_root)
     dst = os.path.abspath(dst)
     if os.path.realpath(dst).startswith(os.path.realpath(local_root) + os.sep):
         raise OptionError(f"destination {dst} is inside the source {src}: choose a folder outside it")

@@ -2,10 +2,11 @@
 
 On Databricks `/Volumes/<catalog>/<schema>/<volume>/...` is a FUSE mount. Off
 Databricks, `AIR_VOLUMES_ROOT` names a local folder that stands for `/Volumes`
-(the demo, the tests and the notebooks use this), or volumes are reached over
-the Files API (`air_core.io.transport`), where a path has no local
-counterpart: its `local` is the volume path itself. Paths may also be given as
-`dbfs:/Volumes/...`.
+(the demo, the tests and the notebooks use this). A volume that the folder
+standing for `/Volumes` does not hold is reached over the Files API where
+credentials are configured (`air_core.io.transport`, which decides per
+volume); there a path has no local counterpart: its `local` is the volume path
+itself. Paths may also be given as `dbfs:/Volumes/...`.
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ class VolumePath:
 
 def volumes_root() -> str:
     """The local folder that stands for `/Volumes` (`/Volumes` itself unless overridden)."""
-    return os.environ.get(VOLUMES_ROOT_ENV) or "/Volumes"
+    return os.environ.get(VOLUMES_ROOT_ENV) or transport.FUSE_ROOT
 
 
 def parse(path: str | os.PathLike | VolumePath) -> VolumePath:
@@ -75,7 +76,7 @@ def parse(path: str | os.PathLike | VolumePath) -> VolumePath:
         )
     text = posixpath.normpath(text)
     volume = "/".join(parts[:5])
-    if transport.remote() is not None:
+    if transport.remote(text) is not None:
         return VolumePath(path=text, volume=volume, local=text, local_volume=volume)
     root = volumes_root().rstrip("/") or "/"
     local_volume = root + volume[len("/Volumes"):]
@@ -86,14 +87,14 @@ def parse(path: str | os.PathLike | VolumePath) -> VolumePath:
 
 def require_dir(vp: VolumePath) -> None:
     """Raise a clear error unless the path is an existing folder inside its volume."""
-    api = transport.remote()
+    api = transport.remote(vp.local)
     if api is not None:
         kind = api.kind(vp.path)
         if kind is None:
             volume_there = vp.path != vp.volume and api.kind(vp.volume) == "dir"
             raise VolumePathError(f"{vp.path} does not exist"
                                   + ("" if volume_there else f"; the volume {vp.volume} itself is not there")
-                                  + f" (read over the Files API of {api.host})")
+                                  + f" (read over the Files API of {api.host} {transport.why_files_api(vp.volume)})")
         if kind == "file":
             raise VolumePathError(
                 f"{vp.path} is a file, but a folder is expected: give the folder that holds the data")
@@ -101,13 +102,7 @@ def require_dir(vp: VolumePath) -> None:
     if not os.path.lexists(vp.local):
         hint = ""
         if not os.path.isdir(vp.local_volume):
-            hint = (
-                f"; the volume {vp.volume} itself is not there"
-                + ("" if os.environ.get(VOLUMES_ROOT_ENV) else
-                   f" (off Databricks, set {VOLUMES_ROOT_ENV} to the folder standing for /Volumes, or "
-                   "DATABRICKS_HOST and DATABRICKS_TOKEN (or a databricks-sdk profile) to read it over the "
-                   "Files API)")
-            )
+            hint = f"; the volume {vp.volume} itself is not there ({transport.why_fuse(vp.volume)})"
         raise VolumePathError(f"{vp.path} does not exist{hint}")
     check_inside(vp, vp.local)
     if not os.path.isdir(vp.local):
@@ -121,7 +116,7 @@ def check_inside(vp: VolumePath, local_path: str) -> str:
 
     The Files API has no symlinks: a path there is returned as is.
     """
-    if local_path.startswith(vp.volume + "/") and transport.remote() is not None:
+    if local_path.startswith(vp.volume + "/") and transport.remote(local_path) is not None:
         return local_path
     real = os.path.realpath(local_path)
     base = os.path.realpath(vp.local_volume)

@@ -96,7 +96,7 @@ def _cached(generation: Generation, name: str, cache_dir: str | None) -> mmap.mm
         raise VolumePathError(f"{vpath} is missing: the pack is incomplete or was changed by hand; "
                               "pack the source again") from None
     copy = Cache(cache_dir).get(local, vpath, size, mtime_ns)
-    if copy is None and transport.remote() is not None:
+    if copy is None and transport.remote(local) is not None:
         return read_bytes(local, vpath, size, mtime_ns)
     return _mapped(copy or local)
 

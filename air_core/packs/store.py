@@ -157,7 +157,7 @@ def marker(source: str, fingerprint: str, files: int, labels: bool, shards: list
 def write_whole(local_path: str, data: bytes) -> None:
     """Write a small file on a volume front to back under a hidden name, then rename it into place (over the
     Files API: one `PUT`, which is whole or nothing)."""
-    api = transport.remote()
+    api = transport.remote(local_path)
     if api is not None:
         api.put(local_path, data)
         return
@@ -196,7 +196,7 @@ def _sweep(vp: volume.VolumePath, current: str, retired: dict[str, float], now: 
     one the hidden copies that a killed run left unfinished (`*.part`).
     """
     root = os.path.join(vp.local, GENERATIONS)
-    if transport.remote() is not None:
+    if transport.remote(root) is not None:
         _sweep_remote(root, current, retired, now)
         return
     for entry in os.scandir(root):

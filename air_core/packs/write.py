@@ -27,7 +27,6 @@ node cache copies a large file by, and `export_delta`'s row group size.
 
 from __future__ import annotations
 
-import errno
 import hashlib
 import itertools
 import json
@@ -48,6 +47,7 @@ from .. import options
 from ..errors import FetchError, VolumePathError
 from ..io import transport, volume
 from ..io.fetch import ordered_map, retrying
+from ..io.kernel_copy import send_range
 from ..io.listing import list_folder
 from ..io.node_lock import node_lock
 from ..manifest import Manifest
@@ -172,8 +172,8 @@ def _check_places(s: volume.VolumePath, d: volume.VolumePath) -> None:
     if os.path.basename(d.path)[0] in "._":
         raise VolumePathError(f"{d.path}: a destination starting with '.' or '_' is skipped by listings; "
                               "choose a name that readers will see")
-    real_s, real_d = ((s.local, d.local) if transport.remote() is not None  # no links over the Files API
-                      else (os.path.realpath(s.local), os.path.realpath(d.local)))
+    real_s, real_d = (p.local if transport.remote(p.local) is not None  # no links over the Files API
+                      else os.path.realpath(p.local) for p in (s, d))
     if real_d == real_s or real_d.startswith(real_s + "/"):
         raise VolumePathError(f"{d.path} is inside the source {s.path}: the pack would be packed into itself "
                               "next time; choose a destination outside the source")
@@ -187,7 +187,7 @@ def _current(d: volume.VolumePath) -> dict | None:
     pointer = read_pointer(d)
     if pointer is not None:
         return pointer
-    there = (os.path.lexists(d.local) if transport.remote() is None
+    there = (os.path.lexists(d.local) if transport.remote(d.local) is None
              else transport.is_dir(d.local) or transport.is_file(d.local))
     if not there:
         return None
@@ -222,7 +222,8 @@ def _write_shards(manifest: Manifest, shards: list[list[tuple[int, int]]], todo:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    root, local_root, remote = manifest.root, volume.parse(manifest.root).local, transport.remote()
+    root, local_root = manifest.root, volume.parse(manifest.root).local
+    remote = transport.remote(local_root)
     paths, sizes, mtimes = manifest.paths, manifest.sizes, manifest.mtimes
     largest_group = max((int(sizes[a:b].sum()) for groups in shards for a, b in groups), default=0)
     schema = _schema(labels, pa.binary() if largest_group <= _BINARY_MAX else pa.large_binary())
@@ -409,7 +410,7 @@ def _copy_shard(local: str, grown: SimpleQueue, sizes: Sequence[int], folder: st
     only after its offsets have theirs: a shard that is there always has them.
     """
     target = os.path.join(folder, shard_name(k))
-    if transport.remote() is not None:  # whole-object PUTs: the shard once built, after its offsets
+    if transport.remote(target) is not None:  # whole-object PUTs: the shard once built, after its offsets
         while (end := grown.get()) not in (_WHOLE, _ABANDONED):  # how far it is built: no use here
             pass
         if end == _ABANDONED:
@@ -452,24 +453,12 @@ def _stream_onto_volume(local: str, grown: SimpleQueue, target: str) -> str | No
                 os.unlink(tmp)
                 return None
             stop = os.fstat(src.fileno()).st_size if end == _WHOLE else end
-            while copied < stop:
-                n = _send(src.fileno(), out, copied, stop - copied)
-                if not n:
-                    raise OSError(f"{local} ended at {copied} bytes while being copied onto the volume")
-                copied += n
+            copied += send_range(src.fileno(), out.fileno(), copied, stop)
+            if copied < stop:
+                raise OSError(f"{local} ended at {copied} bytes while being copied onto the volume")
             if end == _WHOLE:
                 return tmp
             end = grown.get()
-
-
-def _send(src: int, out, at: int, n: int) -> int:
-    """Copy up to `n` bytes of `src` from `at` on to the end of `out`: inside the kernel where it can (sendfile)."""
-    try:
-        return os.sendfile(out.fileno(), src, at, n)
-    except OSError as e:
-        if e.errno not in (errno.EINVAL, errno.ENOSYS, errno.ENOTSOCK, errno.EOPNOTSUPP):
-            raise
-    return out.write(os.pread(src, min(n, 16 << 20), at))  # where sendfile copies only to sockets (macOS)
 
 
 def _publish_shard(tmp: str, target: str) -> None:
@@ -482,7 +471,7 @@ def _copy_onto_volume(local: str, target: str) -> None:
     The hidden name is unique to this run: a copy killed midway is never
     taken for a shard, nor written into by the next run.
     """
-    if transport.remote() is not None:  # a PUT is whole or nothing: no hidden name
+    if transport.remote(target) is not None:  # a PUT is whole or nothing: no hidden name
         transport.write_file(target, local)
         os.unlink(local)
         return

@@ -533,7 +533,7 @@ def _cached(cache: Cache, local: str, vpath: str, version: tuple[int, int]) -> s
     entry = cache.get(local, vpath, *version)
     if entry is not None:
         return entry
-    if transport.remote() is not None:
+    if transport.remote(local) is not None:
         raise FetchError(0, f"{vpath} was not admitted to the full node cache, and over the Files API it has no "
                          "local path: raise cache_limit, or free room in the cache folder")
     return local  # past a full cache, the volume's own file

@@ -123,7 +123,7 @@ def _chunks(rg: pq.RowGroupMetaData) -> list[tuple[str, int, int]]:
 def _input(manifest: Manifest, local_root: str, i: int, cache: Cache | None):
     """What a footer is read from: the file's local path, or over the Files API its tail in the node cache
     (`cache`; a file of ranged requests without one, or for a footer longer than the tail)."""
-    api = transport.remote()
+    api = transport.remote(local_root)
     if api is None:
         return f"{local_root}/{manifest.paths[i]}"
     size = int(manifest.sizes[i])
