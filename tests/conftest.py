@@ -67,11 +67,14 @@ class Volume:
 
 @pytest.fixture
 def volume(tmp_path, monkeypatch) -> Volume:
-    """AIR_VOLUMES_ROOT and AIR_CACHE_DIR pointed at fresh temp folders."""
+    """AIR_VOLUMES_ROOT and AIR_CACHE_DIR pointed at fresh temp folders, and no Databricks credentials: a volume
+    the folder does not hold is never looked for in a real workspace."""
     monkeypatch.setenv("AIR_VOLUMES_ROOT", str(tmp_path / "Volumes"))
     monkeypatch.setenv("AIR_CACHE_DIR", str(tmp_path / "cache"))
-    for var in ("RANK", "WORLD_SIZE", "LOCAL_RANK"):
+    for var in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "DATABRICKS_HOST", "DATABRICKS_TOKEN", "DATABRICKS_CONFIG_PROFILE",
+                "DATABRICKS_CLIENT_ID", "DATABRICKS_CLIENT_SECRET", "DATABRICKS_AUTH_TYPE"):
         monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("DATABRICKS_CONFIG_FILE", str(tmp_path / "no-databrickscfg"))
     return Volume(tmp_path / "Volumes")
 
 
