@@ -18,14 +18,16 @@ from typing import TYPE_CHECKING
 
 from .lazy import exports
 
-from .errors import AirError, EmptyVolumeError, FetchError, ManifestMismatchError, OptionError, ParquetError, StateError, VolumePathError
+from .errors import (AirError, AuthError, EmptyVolumeError, FetchError, ManifestMismatchError, MediaError, OptionError,
+                     ParquetError, RecordError, StateError, TableError, VolumePathError)
 from .io.cache import default_dir
 from .io.files import CachedFile
 from .planning.resume import run_state
 
 if TYPE_CHECKING:
     from .delta import export_delta
-    from .packs.write import PackResult, pack
+    from .packing import pack
+    from .packs.write import PackResult
     from .row_stream import RowStream
     from .source import resolve_source
     from .stream import FileStream
@@ -33,13 +35,14 @@ if TYPE_CHECKING:
 # Loaded on first use: a Ray or DataLoader worker that reads what a driver planned needs the cache and the
 # readers, not the doors, the listing or the packer (nor pyarrow or deltalake, which some of these load).
 _LAZY = {
-    "export_delta": ".delta", "PackResult": ".packs.write", "pack": ".packs.write", "RowStream": ".row_stream",
+    "export_delta": ".delta", "PackResult": ".packs.write", "pack": ".packing", "RowStream": ".row_stream",
     "resolve_source": ".source", "FileStream": ".stream",
 }
 
 __all__ = [
-    "AirError", "CachedFile", "EmptyVolumeError", "FetchError", "FileStream", "ManifestMismatchError",
-    "OptionError", "PackResult", "ParquetError", "RowStream", "StateError", "VolumePathError", "default_dir",
+    "AirError", "AuthError", "CachedFile", "EmptyVolumeError", "FetchError", "FileStream", "ManifestMismatchError",
+    "MediaError", "OptionError", "PackResult", "ParquetError", "RecordError", "RowStream", "StateError",
+    "TableError", "VolumePathError", "default_dir",
     "export_delta", "pack", "resolve_source", "run_state",
 ]
 

@@ -217,82 +217,132 @@ def resolve_source(
 
     Raises:
         VolumePathError, EmptyVolumeError, OptionError, ParquetError, TableError:
-        on the calling process, before any data is read.
+            on the calling process, before any data is read.
     """
     options.choice("mode", mode, MODES)
-    given_options = {k: v for k, v in (("schema", schema), ("delimiter", delimiter), ("sample_by", sample_by))
-                     if v is not None}
-    if media is not None:
-        given_options["media"] = NamedMedia.of(media)
-    elif media_dir is not None:
-        raise OptionError("media_dir= is where the media that records name lie: give media= too, naming the "
-                          "columns that hold their paths")
+    given_options = _format_options(schema, delimiter, sample_by, media, media_dir)
     if path is None:
-        if delta_table is None:
-            raise OptionError("give a volume folder to read, or delta_table= to read a Delta table")
-        if mode == "files" or manifest is not None:
-            raise OptionError("delta_table= reads the table's rows: leave mode unset, or give mode='parquet'")
-        if spark is not None:
-            raise OptionError("spark= exports the table: give data_dir=, the volume folder to export it to")
-        listing = {"table": delta_table, "version": delta_version}
-        manifest = dist.list_once(lambda: _list(None, listing), _listings(cache_dir))
-        return _finish(Source(manifest.root, "parquet", manifest, listing, cache_dir, options=given_options))
+        return _finish(_table_in_place(delta_table, delta_version, mode, manifest, spark, cache_dir, given_options))
     # Parsed once: the layers below take the VolumePath, and only a path that changes (an export's, a pack's
     # generation) is parsed again.
     folder = volume.parse(path)
     given = folder.path
     if delta_table is not None:
-        if mode == "files":
-            raise OptionError("delta_table= exports the table's rows as Parquet: leave mode unset, "
-                              "or give mode='parquet'")
-        if manifest is not None:
-            raise OptionError("manifest= lists a folder, delta_table= exports one: give one of them")
-        from .delta import export_delta  # the `delta` extra
-
-        # The export's own folder, not `path`: it stays put while a newer export replaces `path`.
-        export = export_delta(delta_table, folder.path, spark=spark, version=delta_version)
-        folder, mode = volume.parse(export.path), "parquet"
+        folder, mode = _exported(delta_table, delta_version, spark, folder, mode, manifest), "parquet"
     elif delta_version is not None or spark is not None:
         raise OptionError("delta_version= and spark= go with delta_table=: name the table to export")
     elif manifest is None:
-        from .delta.publication import current_export
-
-        export = current_export(folder)
-        if export is not None:  # an export's destination reads as its current export
-            folder = volume.parse(export)
-        packed = pack_store.pack_folder(folder)
-        if packed is not None and mode in ("auto", "files", "pack"):
-            return _finish(_pack_source(packed, folder.path, include, exclude, file_extensions, cache_dir,
+        folder, pack = _published(folder, mode)
+        if pack is not None:
+            return _finish(_pack_source(pack, folder.path, mode, include, exclude, file_extensions, cache_dir,
                                         given_options))
-        if mode == "parquet" and packed is not None:
-            folder = volume.parse(packed)
     if mode == "pack":
         raise OptionError(f"mode='pack' but {folder.path} is not a pack (it has no {pack_store.POINTER}): pack its "
                           f"files with `air-data pack SRC {folder.path}` or air_core.pack(), or read them with "
                           "mode='files'")
-    listing: dict[str, Any] = {"include": include, "exclude": exclude, "extensions": _extensions(file_extensions)}
     if media_dir is not None:
         given_options["media_dir"] = _media_dir(folder, media_dir)
-    if "media" in given_options:  # the records alone are listed, and the media folder is never opened
-        listing["media"] = _records_of(mode), _media_folder_glob(folder, given_options.get("media_dir")), \
+    listing = _selection(folder, mode, include, exclude, file_extensions, given_options)
+    manifest = _listed_once(folder, listing, manifest, cache_dir)
+    mode, manifest = _records_alone(folder, manifest, mode, listing, given_options)
+    return _finish(Source(folder, _mode(manifest, mode), manifest, listing, cache_dir, given, given_options))
+
+
+def _format_options(schema: Any, delimiter: str | None, sample_by: str | None, media: Mapping[str, str] | None,
+                    media_dir: str | None) -> dict[str, Any]:
+    """The format options given (None: not given), for the source's reader; `media_dir` is added once the folder
+    it may be relative to is known."""
+    given = {k: v for k, v in (("schema", schema), ("delimiter", delimiter), ("sample_by", sample_by)) if v is not None}
+    if media is not None:
+        given["media"] = NamedMedia.of(media)
+    elif media_dir is not None:
+        raise OptionError("media_dir= is where the media that records name lie: give media= too, naming the "
+                          "columns that hold their paths")
+    return given
+
+
+def _table_in_place(delta_table: str | None, delta_version: int | None, mode: str, manifest: Manifest | None,
+                    spark: Any, cache_dir: str | None, format_options: dict[str, Any]) -> Source:
+    """The source of a Delta table read from its own files, where no folder is given."""
+    if delta_table is None:
+        raise OptionError("give a volume folder to read, or delta_table= to read a Delta table")
+    if mode == "files" or manifest is not None:
+        raise OptionError("delta_table= reads the table's rows: leave mode unset, or give mode='parquet'")
+    if spark is not None:
+        raise OptionError("spark= exports the table: give data_dir=, the volume folder to export it to")
+    listing = {"table": delta_table, "version": delta_version}
+    manifest = dist.list_once(lambda: _list(None, listing), _listings(cache_dir))
+    return Source(manifest.root, "parquet", manifest, listing, cache_dir, options=format_options)
+
+
+def _exported(delta_table: str, delta_version: int | None, spark: Any, folder: volume.VolumePath, mode: str,
+              manifest: Manifest | None) -> volume.VolumePath:
+    """The folder of the export of `delta_table` that `export_delta` makes into `folder`."""
+    if mode == "files":
+        raise OptionError("delta_table= exports the table's rows as Parquet: leave mode unset, "
+                          "or give mode='parquet'")
+    if manifest is not None:
+        raise OptionError("manifest= lists a folder, delta_table= exports one: give one of them")
+    from .delta import export_delta  # the `delta` extra
+
+    # The export's own folder, not `folder`: it stays put while a newer export replaces the destination's.
+    return volume.parse(export_delta(delta_table, folder.path, spark=spark, version=delta_version).path)
+
+
+def _published(folder: volume.VolumePath, mode: str) -> tuple[volume.VolumePath, str | None]:
+    """What `folder` reads as, where it is the destination of an export or of a pack: (the folder read, the pack
+    to read as one, or None). An export's destination reads as its current export; a pack's as the pack, or under
+    mode="parquet" as its current generation's shards."""
+    from .delta.publication import current_export
+
+    export = current_export(folder)
+    if export is not None:
+        folder = volume.parse(export)
+    packed = pack_store.pack_folder(folder)
+    if packed is not None and mode in ("auto", "files", "pack"):
+        return folder, packed
+    if packed is not None and mode == "parquet":
+        folder = volume.parse(packed)
+    return folder, None
+
+
+def _selection(folder: volume.VolumePath, mode: str, include: Globs, exclude: Globs,
+               file_extensions: Sequence[str] | None, format_options: dict[str, Any]) -> dict[str, Any]:
+    """Which files of `folder` to list (see `_list`)."""
+    listing: dict[str, Any] = {"include": include, "exclude": exclude, "extensions": _extensions(file_extensions)}
+    if "media" in format_options:  # the records alone are listed, and the media folder is never opened
+        listing["media"] = _records_of(mode), _media_folder_glob(folder, format_options.get("media_dir")), \
             _records_label(mode)
     elif mode == "auto":  # HF's folder layout is listed without a stat of each medium
         listing["metadata"] = True
-    if manifest is None:
-        manifest = dist.list_once(lambda: _list(folder, listing), _listings(cache_dir))
-    else:
-        if manifest.root != folder.path:
-            raise OptionError(f"manifest= lists {manifest.root}, not {folder.path}")
-        dist.check_same(manifest)
-    records = _media_records(manifest, mode, given_options)
-    if records is not None:  # records that name media: the records alone are the listing read
-        mode, listing["records"] = records
-        manifest = _records_only(manifest, listing["records"])
-        if not len(manifest):
-            raise EmptyVolumeError(f"{folder.path} holds no {reader_class(mode).label} files of records: media= "
-                                   "reads records (and the media they name); give the folder that holds them")
-    return _finish(Source(folder, _mode(manifest, mode), manifest, listing, cache_dir, given, given_options))
+    return listing
 
+
+def _listed_once(folder: volume.VolumePath, listing: dict[str, Any], manifest: Manifest | None,
+                 cache_dir: str | None) -> Manifest:
+    """The listing of `folder` every process plans from: made once per job, or the one given (`manifest=`),
+    checked to be of this folder and the same on every rank."""
+    if manifest is None:
+        return dist.list_once(lambda: _list(folder, listing), _listings(cache_dir))
+    if manifest.root != folder.path:
+        raise OptionError(f"manifest= lists {manifest.root}, not {folder.path}")
+    dist.check_same(manifest)
+    return manifest
+
+
+def _records_alone(folder: volume.VolumePath, manifest: Manifest, mode: str, listing: dict[str, Any],
+                   format_options: dict[str, Any]) -> tuple[str, Manifest]:
+    """(the mode, the listing read): where the files are records that name media, the records' mode and their
+    files alone (kept in `listing` for other processes); else `mode` and `manifest` as they are."""
+    records = _media_records(manifest, mode, format_options)
+    if records is None:
+        return mode, manifest
+    mode, listing["records"] = records
+    manifest = _records_only(manifest, listing["records"])
+    if not len(manifest):
+        raise EmptyVolumeError(f"{folder.path} holds no {reader_class(mode).label} files of records: media= "
+                               "reads records (and the media they name); give the folder that holds them")
+    return mode, manifest
 
 def _finish(source: Source) -> Source:
     reader = source.reader
@@ -436,14 +486,19 @@ def _records_only(manifest: Manifest, endings: tuple[str, ...], *, subset: bool 
     return Manifest.from_rows(manifest.root, manifest.rows(np.flatnonzero(keep)))
 
 
-def _pack_source(folder: str, given: str, include: Globs, exclude: Globs, file_extensions: Sequence[str] | None,
-                 cache_dir: str | None, format_options: dict[str, Any]) -> Source:
+def _pack_source(folder: str, given: str, mode: str, include: Globs, exclude: Globs,
+                 file_extensions: Sequence[str] | None, cache_dir: str | None,
+                 format_options: dict[str, Any]) -> Source:
     if include is not None or exclude is not None or file_extensions is not None:
         raise OptionError(f"{folder} is a pack, read whole: choose the files when packing "
                           "(air-data pack --include/--exclude), or read the loose folder")
     from .packs import read as pack_read
 
     generation = pack_store.load_generation(folder)
+    if generation.media and mode == "files":
+        raise OptionError(f"mode='files' reads a row per file, but {given} is a pack of records packed with their "
+                          "media, read as the records' rows: read it in mode 'auto' (RowStream, "
+                          "UCVolumeDataset(mode='rows'))")
     manifest = dist.list_once(lambda: pack_read.index(generation, cache_dir), _listings(cache_dir))
     source = Source(folder, "pack", manifest, {}, cache_dir, given, format_options)
     source.held("generation", lambda: generation)

@@ -161,7 +161,7 @@ class UCVolumeDatasource(Datasource):
 
     Raises:
         VolumePathError, EmptyVolumeError, OptionError, ParquetError: on the
-        driver, when the datasource is made.
+            driver, when the datasource is made.
     """
 
     def __init__(

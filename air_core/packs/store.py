@@ -13,6 +13,12 @@ current generation:
     dst/_packs/<generation>/.part-00000.offsets ...  the same, per shard, copied before the shard
     dst/_packs/<generation>/.pack.json               the generation's marker, written last
 
+A pack of records that name media (`air_core.packs.records`) has a row per
+record, its media's bytes in it, and no `.offsets`: its listing lists the
+records files, and its marker names the media columns and their kinds
+(`media`) and, for each row group, the records file its records come from.
+A marker without `media` is a pack of loose files, as every earlier pack is.
+
 The generation's own files are hidden (a leading `.`), so that a reader given
 its folder (`load_dataset("parquet", data_dir=...)`, Spark, DuckDB) finds
 exactly the shards.
@@ -57,14 +63,17 @@ class Shard:
     Attributes:
         name: its file name in the generation folder.
         size: its size in bytes.
-        row_groups: rows (packed files) of each of its row groups, in order.
-        row_group_bytes: bytes of each row group's files.
+        row_groups: rows (packed files, or records) of each of its row groups, in order.
+        row_group_bytes: bytes of each row group's files (records: their media's).
+        row_group_records: a pack of records: the records file (a position in the pack's listing) whose records
+            each row group holds; empty for a pack of files.
     """
 
     name: str
     size: int
     row_groups: tuple[int, ...]
     row_group_bytes: tuple[int, ...]
+    row_group_records: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -75,9 +84,11 @@ class Generation:
         path: the generation folder's volume path.
         source: the volume folder that was packed.
         source_fingerprint: the fingerprint of the listing that was packed.
-        files: files packed.
+        files: files packed (a pack of records: records).
         labels: whether the shards have a `label` column (every file sat in a class folder).
         shards: the shards, in listing order.
+        media: a pack of records that name media: its media columns (as the rows name them) and their kinds
+            ("image", ...); empty for a pack of files.
     """
 
     path: str
@@ -86,6 +97,7 @@ class Generation:
     files: int
     labels: bool
     shards: tuple[Shard, ...]
+    media: tuple[tuple[str, str], ...] = ()
 
 
 def shard_name(k: int) -> str:
@@ -139,19 +151,28 @@ def load_generation(folder: str) -> Generation:
     vp = volume.parse(folder)
     try:
         m = json.loads(transport.read_file(os.path.join(vp.local, MARKER)))
-        shards = tuple(Shard(s["name"], s["size"], tuple(r for r, _ in s["row_groups"]),
-                             tuple(b for _, b in s["row_groups"])) for s in m["shards"])
-        return Generation(vp.path, m["source"], m["source_fingerprint"], m["files"], m["labels"], shards)
+        records = "media" in m  # a pack of records: each row group names its records file too
+        shards = tuple(Shard(s["name"], s["size"], tuple(g[0] for g in s["row_groups"]),
+                             tuple(g[1] for g in s["row_groups"]),
+                             tuple(g[2] for g in s["row_groups"]) if records else ())
+                       for s in m["shards"])
+        media = tuple((str(name), str(kind)) for name, kind in m.get("media", {}).items())
+        return Generation(vp.path, m["source"], m["source_fingerprint"], m["files"], m["labels"], shards, media)
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise VolumePathError(f"{vp.path}/{MARKER} is not a pack marker this version reads ({e}): "
                               "pack the source again") from None
 
 
-def marker(source: str, fingerprint: str, files: int, labels: bool, shards: list[dict], options: dict) -> dict:
-    """A generation's marker: what `load_generation` reads back."""
-    return {"format": FORMAT, "source": source, "source_fingerprint": fingerprint, "files": files,
-            "labels": labels, "options": options, "shards": shards,
-            "packed_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+def marker(source: str, fingerprint: str, files: int, labels: bool, shards: list[dict], options: dict,
+           media: dict[str, str] | None = None) -> dict:
+    """A generation's marker: what `load_generation` reads back. `media`: a pack of records, its media columns'
+    kinds (each shard's row groups then `[rows, bytes, records file]`, not `[rows, bytes]`)."""
+    out = {"format": FORMAT, "source": source, "source_fingerprint": fingerprint, "files": files,
+           "labels": labels, "options": options, "shards": shards,
+           "packed_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    if media is not None:
+        out["media"] = media
+    return out
 
 
 def write_whole(local_path: str, data: bytes) -> None:

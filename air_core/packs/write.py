@@ -43,16 +43,15 @@ from typing import TYPE_CHECKING, Iterator, Sequence
 import numpy as np
 from tqdm import tqdm
 
-from .. import options
-from ..errors import FetchError, VolumePathError
+from ..errors import EmptyVolumeError, FetchError, VolumePathError
 from ..io import transport, volume
 from ..io.fetch import ordered_map, retrying
 from ..io.kernel_copy import send_range
-from ..io.listing import list_folder
 from ..io.node_lock import node_lock
 from ..manifest import Manifest
 from .layout import layout
-from ..sizes import parse_size
+from .records import Rows as RecordRows, cut, read_records, records_settings, row_counts
+from .records import write_shards as write_record_shards
 from .store import GENERATIONS, INDEX, MARKER, OFFSETS, POINTER, POINTER_TMP, marker, offsets_name, point_at, read_pointer, shard_name, write_whole
 from .pages import value_offsets
 
@@ -60,6 +59,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
     from ..io.files_api import FilesApi
+    from ..source import Source
 
 DEFAULT_SHARD_SIZE = 1 << 30
 DEFAULT_ROW_GROUP_SIZE = 16 << 20
@@ -84,6 +84,9 @@ class PackResult:
         shards: the shards' file names in `path`.
         written: shards this run wrote (fewer than all when it resumed a killed run).
         skipped: True when `dest` already held this pack of the unchanged source: nothing was written.
+        records: True for a pack of records that name media (`air_core.packs.records`): `files` counts the
+            records, `bytes` their media's bytes.
+        left_out: with on_error="skip", where each record this run left out lay ("<records file>, line N").
     """
 
     dest: str
@@ -93,64 +96,23 @@ class PackResult:
     shards: tuple[str, ...]
     written: int
     skipped: bool
+    records: bool = False
+    left_out: tuple[str, ...] = ()
 
 
-def pack(
-    src: str,
-    dst: str,
-    *,
-    shard_size: int | str = DEFAULT_SHARD_SIZE,
-    row_group_size: int | str = DEFAULT_ROW_GROUP_SIZE,
-    include: str | Sequence[str] | None = None,
-    exclude: str | Sequence[str] | None = None,
-    threads: int = DEFAULT_THREADS,
-    progress: bool = False,
-) -> PackResult:
-    """Pack the files under the volume folder `src` into Parquet shards under the volume folder `dst`.
-
-    Packing an unchanged source again writes nothing. A run killed at any
-    point leaves the previous generation served, and running it again keeps
-    the shards it finished. A changed source (a file added, removed or
-    modified) is packed into a new generation, which readers switch to once
-    it is complete; the one it replaces is removed by a pack an hour later.
-
-    Args:
-        src: the volume folder of files to pack, `/Volumes/<catalog>/<schema>/<volume>/...`.
-        dst: the volume folder to publish the pack at: new, empty, or an earlier pack's.
-        shard_size: about how big each shard is (bytes, or text such as "1GiB").
-        row_group_size: about how many bytes of files each row group holds.
-        include, exclude: glob(s) of files to pack / leave out, relative to `src`.
-        threads: files read from `src` at once (reads in flight decide small-file speed).
-        progress: show a progress bar of the bytes packed.
-
-    Raises:
-        VolumePathError: a malformed or missing path, `dst` inside `src` (or
-            `src` inside `dst`), or `dst` holding something other than a pack.
-        EmptyVolumeError: `src` holds no file (that the globs select).
-        OptionError: a size or thread count out of range.
-        FetchError: a file that stays unreadable, or changed while being packed.
-    """
-    options.whole("threads", threads, low=1)
-    shard_bytes, group_bytes = parse_size(shard_size), parse_size(row_group_size)
-    s, d = volume.parse(src), volume.parse(dst)
-    _check_places(s, d)
-    manifest = list_folder(s.path, include=include, exclude=exclude)
-    settings = {"shard_size": shard_bytes, "row_group_size": group_bytes, "include": include, "exclude": exclude}
-    name = _generation_name(manifest, settings)
+def pack_files(s: volume.VolumePath, d: volume.VolumePath, manifest: Manifest, settings: dict, *, threads: int,
+               progress: bool) -> PackResult:
+    """`air_core.pack` of the files of `s` (listed: `manifest`) into `d`: a row per file. `settings`: the
+    shard and row group sizes in bytes and the globs, which name the generation with the listing."""
+    name = _generation_name(manifest.root, manifest.fingerprint, settings)
     pointer = _current(d)
     if _holds(d, pointer, name):
         return _result(d, name, manifest, written=0, skipped=True)
     with node_lock(d.local):
         if _holds(d, _current(d), name):  # another process of this node packed it while this one waited
             return _result(d, name, manifest, written=0, skipped=True)
-        folder = os.path.join(d.local, GENERATIONS, name)
-        try:
-            transport.make_dirs(folder)
-            volume.check_inside(d, folder)
-        except OSError as e:
-            raise VolumePathError(f"cannot write a pack into {d.path}: {e.strerror or e}; "
-                                  "choose a destination you can write to") from None
-        shards = layout(manifest.sizes, shard_bytes, group_bytes)
+        folder = _generation_folder(d, name)
+        shards = layout(manifest.sizes, settings["shard_size"], settings["row_group_size"])
         todo = [k for k in range(len(shards)) if not transport.is_file(os.path.join(folder, shard_name(k)))]
         labels = all("/" in p for p in manifest.paths)
         _write_shards(manifest, shards, todo, folder, labels=labels, threads=threads, progress=progress)
@@ -164,7 +126,9 @@ def pack(
         return _result(d, name, manifest, written=len(todo), skipped=False)
 
 
-def _check_places(s: volume.VolumePath, d: volume.VolumePath) -> None:
+def check_places(s: volume.VolumePath, d: volume.VolumePath) -> None:
+    """Refuse a source that is not a folder, and a destination that is a volume's root, hidden, or inside the
+    source (or holding it)."""
     volume.require_dir(s)
     if d.path == d.volume:
         raise VolumePathError(f"{d.path} is a volume's root: pack into a folder inside it, "
@@ -203,10 +167,69 @@ def _holds(d: volume.VolumePath, pointer: dict | None, name: str) -> bool:
             and transport.is_file(os.path.join(d.local, GENERATIONS, name, MARKER)))
 
 
-def _generation_name(manifest: Manifest, settings: dict) -> str:
-    """Named for what it packs, so that a killed run finds its folder again."""
-    key = json.dumps({"source": manifest.root, "fingerprint": manifest.fingerprint, **settings}, sort_keys=True)
+def _generation_name(root: str, fingerprint: str, settings: dict) -> str:
+    """Named for what it packs (the source folder, a fingerprint of its contents), so that a killed run finds its
+    folder again."""
+    key = json.dumps({"source": root, "fingerprint": fingerprint, **settings}, sort_keys=True)
     return "g-" + hashlib.sha256(key.encode()).hexdigest()[:24]
+
+
+def pack_records(source: Source, listing: Manifest, d: volume.VolumePath, settings: dict, *, threads: int,
+                 on_error: str, progress: bool) -> PackResult:
+    """`air_core.pack` of the records `source` resolves (the folder listed: `listing`): a row per record, its media's
+    bytes in it (see `air_core.packs.records`)."""
+    found = read_records(source, listing, threads=threads, on_error=on_error)
+    if not found.kept:
+        raise EmptyVolumeError(f"{listing.root} holds no record to pack: every one was left out "
+                               f"({len(found.skipped)}), or its records files hold none")
+    settings = {**settings, **records_settings(source), "on_error": on_error}
+    name = _generation_name(listing.root, found.key(), settings)
+    if _holds(d, _current(d), name):
+        return _records_result(d, name, written=0, skipped=True, left_out=found.skipped)
+    with node_lock(d.local):
+        if _holds(d, _current(d), name):  # another process of this node packed it while this one waited
+            return _records_result(d, name, written=0, skipped=True, left_out=found.skipped)
+        folder = _generation_folder(d, name)
+        sizes = found.sizes()
+        shards = cut([f for f, _ in found.kept], sizes, settings["shard_size"], settings["row_group_size"])
+        todo = [k for k in range(len(shards)) if not transport.is_file(os.path.join(folder, shard_name(k)))]
+        plan = source.reader.plan()
+        largest = max((int(sizes[a:b].sum()) for groups in shards for a, b in groups), default=0)
+        write_record_shards(RecordRows(found, plan, largest), shards, todo, folder, threads=threads,
+                            on_error=on_error, skipped=found.skipped, progress=progress)
+        _write_index(found.manifest, folder, None)
+        names = [shard_name(k) for k in range(len(shards))]
+        counts = row_counts(folder, names)
+        listed = [{"name": n, "size": transport.stat(os.path.join(folder, n))[0],
+                   "row_groups": [[rows, int(sizes[a:b].sum()), found.kept[a][0]]
+                                  for rows, (a, b) in zip(counted, groups)]}
+                  for n, counted, groups in zip(names, counts, shards)]
+        kinds = {m.name: m.kind for m in plan.media}
+        mark = marker(source.path, found.manifest.fingerprint, sum(map(sum, counts)), False, listed, settings, kinds)
+        write_whole(os.path.join(folder, MARKER), json.dumps(mark).encode())
+        point_at(d, name)
+        return _records_result(d, name, written=len(todo), skipped=False, left_out=found.skipped)
+
+
+def _generation_folder(d: volume.VolumePath, name: str) -> str:
+    """The local path of generation `name`'s folder in `d`, made."""
+    folder = os.path.join(d.local, GENERATIONS, name)
+    try:
+        transport.make_dirs(folder)
+        volume.check_inside(d, folder)
+    except OSError as e:
+        raise VolumePathError(f"cannot write a pack into {d.path}: {e.strerror or e}; "
+                              "choose a destination you can write to") from None
+    return folder
+
+
+def _records_result(d: volume.VolumePath, name: str, *, written: int, skipped: bool,
+                    left_out: list[str]) -> PackResult:
+    m = json.loads(transport.read_file(os.path.join(d.local, GENERATIONS, name, MARKER)))
+    return PackResult(dest=d.path, path=f"{d.path}/{GENERATIONS}/{name}", files=m["files"],
+                      bytes=sum(g[1] for s in m["shards"] for g in s["row_groups"]),
+                      shards=tuple(s["name"] for s in m["shards"]), written=written, skipped=skipped, records=True,
+                      left_out=tuple(left_out))
 
 
 def _result(d: volume.VolumePath, name: str, manifest: Manifest, *, written: int, skipped: bool) -> PackResult:
@@ -402,12 +425,13 @@ def _rows(manifest: Manifest, a: int, b: int, data: np.ndarray, schema: pa.Schem
 _WHOLE, _ABANDONED = -1, -2  # what the builder of a shard tells its copy last: it is complete, or it failed
 
 
-def _copy_shard(local: str, grown: SimpleQueue, sizes: Sequence[int], folder: str, k: int) -> None:
+def _copy_shard(local: str, grown: SimpleQueue, sizes: Sequence[int] | None, folder: str, k: int) -> None:
     """Copy shard `k` onto the volume while it is built, then its files' offsets, then give it its name.
 
     The shard is copied front to back as its row groups are written, so
     that the copy of the last shard overlaps reading too; it gets its name
     only after its offsets have theirs: a shard that is there always has them.
+    `sizes`: its files' sizes; None for a shard of records, which has no offsets (its rows are read as Parquet).
     """
     target = os.path.join(folder, shard_name(k))
     if transport.remote(target) is not None:  # whole-object PUTs: the shard once built, after its offsets
@@ -415,20 +439,25 @@ def _copy_shard(local: str, grown: SimpleQueue, sizes: Sequence[int], folder: st
             pass
         if end == _ABANDONED:
             return
-        offsets_file = f"{local}.offsets"
-        np.asarray(value_offsets(local, "bytes", sizes), dtype="<i8").tofile(offsets_file)
-        _copy_onto_volume(offsets_file, os.path.join(folder, offsets_name(k)))
+        _copy_offsets(local, sizes, folder, k)
         transport.write_file(target, local)
         os.unlink(local)
         return
     tmp = _stream_onto_volume(local, grown, target)
     if tmp is None:  # building it failed: that error is raised where it happened
         return
+    _copy_offsets(local, sizes, folder, k)
+    _publish_shard(tmp, target)
+    os.unlink(local)
+
+
+def _copy_offsets(local: str, sizes: Sequence[int] | None, folder: str, k: int) -> None:
+    """Shard `k`'s files' offsets, found in its local copy `local`, copied onto the volume (none for records)."""
+    if sizes is None:
+        return
     offsets_file = f"{local}.offsets"
     np.asarray(value_offsets(local, "bytes", sizes), dtype="<i8").tofile(offsets_file)
     _copy_onto_volume(offsets_file, os.path.join(folder, offsets_name(k)))
-    _publish_shard(tmp, target)
-    os.unlink(local)
 
 
 def _stream_onto_volume(local: str, grown: SimpleQueue, target: str) -> str | None:
@@ -482,12 +511,15 @@ def _copy_onto_volume(local: str, target: str) -> None:
     os.unlink(local)
 
 
-def _write_index(manifest: Manifest, folder: str, shards: int) -> None:
-    """The packed files' listing, and where each sits in its shard, which readers plan and read from."""
+def _write_index(manifest: Manifest, folder: str, shards: int | None) -> None:
+    """The packed files' listing, and where each sits in its `shards` shards, which readers plan and read from
+    (`shards` None: a pack of records, whose listing lists the records files, and which has no offsets)."""
     with tempfile.TemporaryDirectory(prefix="air-pack-") as stage:
         local = os.path.join(stage, INDEX)
         manifest.save(local)
         _copy_onto_volume(local, os.path.join(folder, INDEX))
+        if shards is None:
+            return
         local = os.path.join(stage, OFFSETS)
         with open(local, "wb") as out:
             for k in range(shards):
@@ -495,4 +527,4 @@ def _write_index(manifest: Manifest, folder: str, shards: int) -> None:
         _copy_onto_volume(local, os.path.join(folder, OFFSETS))
 
 
-__all__ = ["DEFAULT_ROW_GROUP_SIZE", "DEFAULT_SHARD_SIZE", "PackResult", "pack"]
+__all__ = ["DEFAULT_ROW_GROUP_SIZE", "DEFAULT_SHARD_SIZE", "PackResult", "check_places", "pack_files", "pack_records"]

@@ -27,7 +27,7 @@ from __future__ import annotations
 import json
 import logging
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Iterator, Sequence
+from typing import IO, TYPE_CHECKING, Any, Iterator, Sequence
 
 import numpy as np
 
@@ -75,6 +75,11 @@ class MediaReader(TableReader):
 
     def __init__(self, source: Source) -> None:
         super().__init__(source)
+        if source.mode == "pack":
+            raise OptionError(f"media= and media_dir= read records that name media in their folder, but {source.given} "
+                              "is a pack, read as it was packed (records packed with their media give their rows "
+                              "as they are): read it without them, or give them to `air-data pack` (--media, "
+                              "--media-dir) when packing the records")
         records = reader_class(source.mode)(source.with_options(schema=None))
         given = source.options.get("schema")
         if given is not None:
@@ -282,6 +287,11 @@ class MediaPlan:
             if out:
                 yield held.key, out
 
+    def named(self, vpath: str, row: dict[str, Any]) -> list[tuple[str, str, str]] | tuple[str, str]:
+        """(column, the path as named, its volume path) of each medium `row`, a record of the records file at
+        `vpath`, names, in order; or (the path named, why it may not be read) for the first that may not."""
+        return self._named(self.media_dir or vpath.rsplit("/", 1)[0], row)
+
     def _named(self, base: str, row: dict[str, Any]) -> list[tuple[str, str, str]] | tuple[str, str]:
         """(column, the path as named, its volume path) of each medium `row` names, in order; or (the path named,
         why it may not be read) for the first that may not."""
@@ -309,11 +319,11 @@ class MediaPlan:
             try:
                 copy, version = retrying(lambda: _copy(cache, local, vpath, known.get(vpath)), vpath)
             except FetchError as e:
-                return replace(record, problem=(named, f"{vpath}, {_why(e)}"))
+                return replace(record, problem=(named, self.unreadable(vpath, e)))
             if known.get(vpath) != version:  # first read by this job: an image is opened, once a job
-                why = _not_an_image(copy) if kinds[column] == "image" else None
+                why = self.not_an_image(copy, vpath) if kinds[column] == "image" else None
                 if why is not None:
-                    return replace(record, problem=(named, f"{vpath}, which does not open as an image ({why})"))
+                    return replace(record, problem=(named, why))
                 learnt[vpath] = version
             found.setdefault(column, []).append(copy)
         return replace(record, found=found, learnt=learnt)
@@ -334,7 +344,36 @@ class MediaPlan:
 
     def _fail(self, record: _Record, on_error: str, skipped: list[str] | None) -> None:
         named, why = record.problem  # type: ignore[misc]
-        place = _place(record.vpath, named, self.local_volume + record.vpath[len(self.volume):], self.tabular,
+        self.refuse(record.vpath, named, why, on_error, skipped)
+
+    @staticmethod
+    def not_an_image(file: str | IO[bytes], vpath: str) -> str | None:
+        """Why `file` (a path, or a file object of its bytes), the medium at `vpath`, does not open as an image
+        (its header read), in a `MediaError`'s words; None: it does, or Pillow is not here to tell."""
+        try:
+            from PIL import Image
+        except ImportError:
+            return None
+        try:
+            with Image.open(file):
+                return None
+        except Exception as e:  # noqa: BLE001 - any failure to open it is the reason, in Pillow's words
+            return f"{vpath}, which does not open as an image ({type(e).__name__}: {e})"
+
+    @staticmethod
+    def unreadable(vpath: str, error: FetchError) -> str:
+        """Why the medium at `vpath` could not be read (`error`), in a `MediaError`'s words."""
+        return f"{vpath}, {_why(error)}"
+
+    def refuse(self, vpath: str, named: str, why: str, on_error: str, skipped: list[str] | None) -> None:
+        """Raise a `MediaError` for a record of the records file at `vpath` that names `named`, which cannot be
+        read (`why`), naming the file, the record's line (or row) and the path; with `on_error="skip"`, warn and
+        add its place to `skipped` instead.
+
+        Raises:
+            MediaError: with `on_error="raise"`.
+        """
+        place = _place(vpath, named, self.local_volume + vpath[len(self.volume):], self.tabular,
                        tuple(m.column for m in self.media))
         said = f"{place}: the record names {named!r}: {why}"
         if on_error == "skip":
@@ -537,20 +576,6 @@ def _cached(cache: Cache, local: str, vpath: str, version: tuple[int, int]) -> s
         raise FetchError(0, f"{vpath} was not admitted to the full node cache, and over the Files API it has no "
                          "local path: raise cache_limit, or free room in the cache folder")
     return local  # past a full cache, the volume's own file
-
-
-def _not_an_image(path: str) -> str | None:
-    """Why the file at `path` does not open as an image (its header read); None: it does, or Pillow is not here
-    to tell."""
-    try:
-        from PIL import Image
-    except ImportError:
-        return None
-    try:
-        with Image.open(path):
-            return None
-    except Exception as e:  # noqa: BLE001 - any failure to open it is the reason, in Pillow's words
-        return f"{type(e).__name__}: {e}"
 
 
 def _why(error: FetchError) -> str:

@@ -1,8 +1,22 @@
-"""A pack (`air_core.pack`) read as the files it holds: a row per packed file, row group by row group.
+"""A pack (`air_core.pack`) read as what it holds: a row per packed file, or per packed record.
 
-The units are the shards' row groups, whose rows are packed files; a
-stream reads neighbouring row groups whole, and each file is one read of its
-row group's byte range in the node cache (`air_core.packs.read`).
+A pack of files: the units are the shards' row groups, whose rows are packed
+files; a stream reads neighbouring row groups whole, and each file is one
+read of its row group's byte range in the node cache (`air_core.packs.read`).
+
+A pack of records that name media (`air_core.packs.records`): the units are
+the shards' row groups too, whose rows are records, read as Parquet row
+groups are (`air_core.read.parquet_io`: by byte ranges through the node
+cache, only the asked columns' chunks with `columns=`), each media column
+giving its media's bytes (`MediaPackReader`). Its rows are the records' rows
+of the folder it was packed from, read as records naming media, but for the
+media columns, which hold the bytes where the folder's rows hold the path of
+a medium's copy in the node cache (`include_bytes=True` at Ray's door). A
+row group's bytes are one cache entry: copying each medium out of it into an
+entry of its own, for a path, would hold every medium on the node twice and
+make a file per medium, the small-file work a pack saves; and as bytes, the
+rows travel (Ray's blocks) and a door with media types makes them from the
+bytes (HF's `Image()`), as it does a WebDataset's.
 """
 
 from __future__ import annotations
@@ -10,26 +24,29 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterator, Sequence
 
-
+from ..errors import VolumePathError
 from ..packs import plan as pack_plan, read as pack_read, store as pack_store
 from ..manifest import Manifest
-from ..planning.rows import RowGroup, RowSlice
+from ..planning.rows import RowGroup, RowSlice, piece_bytes, unit_of
+from ..planning.shares import Planning
 from ..io.files import CachedFile
 from .files import FilesReader
-from .reader import FileRowsPart, FileRowsReader
-from .row_groups import RowGroupPieces
+from .reader import FileRowsPart, FileRowsReader, Part, TableReader
+from .row_groups import RowGroupPieces, localize
 
 if TYPE_CHECKING:
+    import pyarrow as pa
+
     from ..io.cache import Cache
     from ..grid import Grid
-    from ..planning.shares import Planning
+    from ..source import Source
 
 _LOOSE_ONLY = ("loose files: {path} is a pack, read a row group at a time: its streams take neighbouring row "
                "groups, by count, and an unreadable shard cannot be skipped file by file")
 
 
 class PackReader(RowGroupPieces, FileRowsReader):
-    """The files of a pack, in its shards' row groups."""
+    """The files of a pack, in its shards' row groups; a pack of records is read by `MediaPackReader`."""
 
     mode = "pack"
     # A read task fetches its row groups' byte ranges at once, each through its own open (bandwidth is per
@@ -38,9 +55,16 @@ class PackReader(RowGroupPieces, FileRowsReader):
     pieces_per_task = 8
     refused = {"on_error": _LOOSE_ONLY, "balance": _LOOSE_ONLY, "columns": FilesReader.refused["columns"]}
 
+    def __new__(cls, source: Source | None = None) -> PackReader:
+        # The mode is "pack" for both kinds of pack, and only the marker tells them apart: one of records is
+        # read by the reader of its rows.
+        if cls is PackReader and source is not None and generation_of(source).media:
+            return MediaPackReader(source)  # type: ignore[return-value]
+        return super().__new__(cls)
+
     def generation(self) -> pack_store.Generation:
         """The generation read, as its marker describes it."""
-        return self.source.held("generation", lambda: pack_store.load_generation(self.source.path))
+        return generation_of(self.source)
 
     def units(self) -> list[RowGroup]:
         """Every shard's row groups, in order: `num_rows` are packed files, `file` indexes `shards()`."""
@@ -120,3 +144,195 @@ class PackPart(FileRowsPart):
         for i, view in pack_read.read_views(manifest, self.placed, shards, range(len(manifest)), cache,
                                             local_root=self.shard_local_root):
             yield CachedFile(manifest.volume_path(i), "", len(view), i, data=view)  # type: ignore[arg-type]
+
+
+def generation_of(source: Source) -> pack_store.Generation:
+    """The generation a pack's `source` reads, as its marker describes it (read once per process)."""
+    return source.held("generation", lambda: pack_store.load_generation(source.path))
+
+
+_NOT_RECORDS = ("a row per file: {path} is a pack of records that name media, read as the records' rows (each "
+                "media column holding its media's bytes)")
+
+
+class MediaPackReader(RowGroupPieces, TableReader):
+    """The records of a pack of records that name media, a row per record: the records' columns, each media
+    column holding the bytes of its medium (a list of them, for a list of paths), with or without Ray's
+    `include_bytes`.
+
+    Its units are the shards' row groups, each holding the records of one records file: the pack's listing
+    (the records files) splits them as the folder's records split (HF's `train/` and `test/`). A `schema=`
+    given (HF's `features=`) types the rows' other columns; the media columns hold bytes whatever it gives
+    them (HF's `Image()` is made from them).
+    """
+
+    mode = "pack"
+    label = "packed records"
+    takes = ("schema",)
+    refused = dict.fromkeys(("decode", "labels", "balance"), _NOT_RECORDS)
+
+    def generation(self) -> pack_store.Generation:
+        """The generation read, as its marker describes it."""
+        return generation_of(self.source)
+
+    def shards(self) -> Manifest:
+        """The shard files, listed."""
+        return self.source.held("shards", lambda: pack_read.shards(self.generation()))
+
+    def own_listing(self) -> Manifest:
+        return pack_read.index(self.generation(), self.source.cache_dir)
+
+    def placed(self) -> list[tuple[RowGroup, int]]:
+        """Every row group of the shards (their footers read once per process), in order, with the records file
+        (a position in the pack's listing) whose records it holds."""
+        def make() -> list[tuple[RowGroup, int]]:
+            from . import parquet_io
+            from ..io.cache import Cache
+
+            units = parquet_io.parquet_units(self.shards(), cache=Cache(self.source.cache_dir))
+            files = [f for s in self.generation().shards for f in s.row_group_records]
+            if len(files) != len(units):
+                raise VolumePathError(
+                    f"{self.source.path} holds {len(units)} row groups, its marker {len(files)}: the pack was "
+                    "changed by hand; pack the records again")
+            return list(zip(units, files))
+
+        return self.source.held("record units", make)
+
+    def units(self) -> list[RowGroup]:
+        """The row groups that hold records, in order."""
+        return [u for u, _ in self.placed() if u.num_rows]
+
+    def counted(self) -> list[RowGroup]:
+        return self.units()
+
+    def validate(self) -> None:
+        self.placed()
+
+    def pieces(self, files: Sequence[int]) -> list[RowGroup]:
+        member = set(files)
+        return [u for u, f in self.placed() if f in member and u.num_rows]
+
+    def media(self) -> dict[str, str]:
+        return dict(self.generation().media)
+
+    def schema(self) -> pa.Schema:
+        """The records' columns (typed as `schema=` gives them, when given), each media column holding bytes (a
+        list of them)."""
+        from . import parquet_io
+        from ..io.cache import Cache
+
+        stored = self.source.held("records schema", lambda: parquet_io.schema(
+            self.shards(), self.units(), Cache(self.source.cache_dir)).remove_metadata())
+        return with_bytes(self.source.options.get("schema") or stored, stored, self.media())
+
+    def read_pieces(self, pieces: Sequence[RowGroup | RowSlice], cache: Cache, *, columns: Sequence[str] | None,
+                    fetch_threads: int, planning: Planning = Planning(), epoch: int = 0,
+                    on_error: str = "raise", skipped: list[str] | None = None) -> Iterator[tuple[int, pa.Table]]:
+        from . import parquet_io
+
+        schema = self.schema()
+        tables = parquet_io.read_units(self.shards(), pieces, cache, columns=columns, fetch_threads=fetch_threads)
+        return enumerate(as_rows(t, schema, self.media()) for t in tables)
+
+    def part(self, pieces: Sequence[RowGroup | RowSlice], planning: Planning, *, epoch: int) -> MediaPackPart:
+        return self.parts([pieces], planning, epoch=epoch)[0]
+
+    def parts(self, groups: Sequence[Sequence[RowGroup | RowSlice]], planning: Planning, *,
+              epoch: int) -> list[MediaPackPart]:
+        """Parts read on one node: a shard the node reads some of is read by ranges, one it reads all of whole
+        (as `ParquetReader.parts`)."""
+        from . import parquet_io
+
+        m = self.shards()
+        ranged = parquet_io.ranged_files([unit_of(p) for g in groups for p in g], m.sizes)
+        out = []
+        for pieces in groups:
+            files, local = localize(pieces)
+            out.append(MediaPackPart(m.root, self.source.local, m.fingerprint, m.rows(files), local,
+                                     frozenset(k for k, f in enumerate(files) if f in ranged), self.schema(),
+                                     self.media()))
+        return out
+
+
+@dataclass(frozen=True)
+class MediaPackPart(Part):
+    """Row groups of a pack of records to read elsewhere: their shards' rows of the listing, the pieces numbered
+    over them, which shards are read by ranges, the rows' schema and the media columns."""
+
+    root: str
+    local_root: str
+    fingerprint: str
+    listing: list[tuple[str, int, int]]
+    pieces: list[RowGroup | RowSlice]
+    ranged: frozenset[int]
+    schema: pa.Schema
+    media: dict[str, str]
+
+    @property
+    def rows(self) -> int:
+        return sum(p.num_rows for p in self.pieces)
+
+    @property
+    def nbytes(self) -> int:
+        return sum(piece_bytes(p) for p in self.pieces)
+
+    @property
+    def input_files(self) -> list[str]:
+        return [f"{self.root}/{r[0]}" for r in self.listing]
+
+    def read(self, cache: Cache, *, fetch_threads: int = 16, prefetch: int = 16, prefetch_bytes: int = 1 << 30,
+             on_error: str = "raise", columns: Sequence[str] | None = None) -> Iterator[tuple[str, pa.Table]]:
+        """(shard's volume path, rows) per piece."""
+        from . import parquet_io
+
+        manifest = Manifest.from_rows(self.root, self.listing, self.fingerprint)
+        tables = parquet_io.read_units(manifest, self.pieces, cache, columns=columns, fetch_threads=fetch_threads,
+                                       prefetch=prefetch, prefetch_bytes=prefetch_bytes, local_root=self.local_root,
+                                       ranged=self.ranged)
+        for piece, table in zip(self.pieces, tables):
+            yield manifest.volume_path(unit_of(piece).file), as_rows(table, self.schema, self.media)
+
+
+def with_bytes(schema: pa.Schema, stored: pa.Schema, media: dict[str, str]) -> pa.Schema:
+    """`schema` with each media column as the rows give it: the bytes (`binary`, or a list of them) that the
+    pack's `struct<bytes, path>` (in `stored`) holds."""
+    import pyarrow as pa
+    import pyarrow.types as pt
+
+    def of(f: pa.Field) -> pa.Field:
+        if f.name not in media:
+            return f
+        many = pt.is_list(stored.field(f.name).type)
+        return pa.field(f.name, pa.list_(pa.binary()) if many else pa.binary())
+
+    return pa.schema([of(f) for f in schema])
+
+
+def as_rows(table: pa.Table, schema: pa.Schema, media: dict[str, str]) -> pa.Table:
+    """A pack's rows of records (`table`, of some of its columns) as the readers give them: each media column's
+    bytes, out of its `struct<bytes, path>`, and the other columns cast to `schema`'s types."""
+    import pyarrow as pa
+    import pyarrow.types as pt
+
+    for name in media:
+        if name not in table.column_names:
+            continue
+        i = table.column_names.index(name)
+        chunks = []
+        for chunk in table.column(i).chunks:
+            if pt.is_list(chunk.type):
+                offsets = pa.compute.subtract(chunk.offsets, chunk.offsets[0])
+                chunk = pa.ListArray.from_arrays(offsets, _bytes_field(chunk.flatten()), mask=chunk.is_null())
+            else:
+                chunk = _bytes_field(chunk)
+            chunks.append(chunk)
+        table = table.set_column(i, name, pa.chunked_array(chunks, type=schema.field(name).type))
+    return table.cast(pa.schema([schema.field(c) for c in table.column_names]))
+
+
+def _bytes_field(chunk: pa.StructArray) -> pa.Array:
+    """The `bytes` of a `struct<bytes, path>`, null where the struct is."""
+    import pyarrow as pa
+
+    return chunk.flatten()[chunk.type.get_field_index("bytes")].cast(pa.binary())
