@@ -12,7 +12,15 @@ table; other tables converted 1,000 rows at a time), in `datasets`' own
 loop with its resume state: the same values as `datasets`' conversion, in
 the same order.
 Features that need decoding (`Image`, `Audio`, ...) keep the step, which
-is where `datasets` decodes them; `iter_arrow` (`with_format("arrow")`)
+is where `datasets` decodes them, and the iterable offers rows only: given
+tables (`iter_arrow`), `datasets` decodes them in one-row tables and takes
+its position at the start of the table a row came in, so a resume would
+read that table's rows before the position again (records that name media:
+up to `air_core.read.media.RECORDS_AT_ONCE` of them, their media fetched).
+Given rows, `datasets` encodes each one again before decoding it, and its
+`Audio` encoding needs torchcodec, even for a file's path: without
+torchcodec, which decoding audio needs too, a stream with audio offers its
+tables, for `decode(False)`. Elsewhere `iter_arrow` (`with_format("arrow")`)
 reads the tables.
 
 **The epoch.** A mixture's epochs hold different items, so the builder's
@@ -83,25 +91,34 @@ class Tables(ArrowExamplesIterable):
     function, resumes a shard at the piece its state names, and adds up the epochs' seed shifts into its `EPOCH`
     gen_kwarg."""
 
-    _features: datasets.Features | None
+    _features: datasets.Features | None  # as the dataset has them
+    _decoded: bool  # some of them need decoding: not reported
+    _rows_only: bool  # and no tables offered (see the module's docstring)
     _rows_fn: RowsFn
     _worker_split: bool  # the DataLoader worker's own shards: the next shift is the worker's id, not an epoch
 
     @classmethod
     def of(cls, plain: ArrowExamplesIterable, features: datasets.Features | None, rows_fn: RowsFn) -> Tables:
         """`plain` as this class, its rows from `rows_fn` (taking the tables function's gen_kwargs); `features`
-        not reported when one of them needs decoding (its rows then come from `datasets`, which decodes them)."""
+        not reported when one of them needs decoding (its rows then come from the tables function, and `datasets`
+        decodes them), and then no tables offered where `datasets` can encode them (see the module's docstring)."""
         # Copies `plain`'s fields rather than calling its constructor, whose arguments vary across datasets releases.
         it = cls.__new__(cls)
         it.__dict__.update(plain.__dict__)
-        it._features = None if features is None or any(require_decoding(f) for f in features.values()) else features
+        it._features = features
+        it._decoded = features is not None and any(require_decoding(f) for f in features.values())
+        it._rows_only = it._decoded and (config.TORCHCODEC_AVAILABLE or not _audio(features))
         it._rows_fn = rows_fn
         it._worker_split = False
         return it
 
     @property
     def features(self) -> datasets.Features | None:
-        return self._features
+        return None if self._decoded else self._features
+
+    @property
+    def iter_arrow(self) -> Callable[[], Iterator[tuple[int, pa.Table]]] | None:
+        return None if self._rows_only else self._iter_arrow
 
     @property
     def builder(self) -> Any:
@@ -115,7 +132,7 @@ class Tables(ArrowExamplesIterable):
 
     def __iter__(self):  # noqa: ANN204 - datasets' signature
         state = self._state_dict or _fresh_state()  # none: a pass nobody resumes
-        if self._features is not None:
+        if self.features is not None:
             # datasets' own loop (ArrowExamplesIterable.__iter__), over the rows function's rows rather than its
             # tables converted.
             for piece, rows, following in self._runs(self._rows_fn, state):
@@ -223,6 +240,17 @@ def _dropped(runs: Iterator[tuple[int, Run]], rows: int, state: dict) -> Iterato
             state[PIECE_EXAMPLE] += n  # already in shard_example_idx
         if len(run):
             yield piece, run
+
+
+def _audio(feature: Any) -> bool:
+    """Whether `feature` (features, or one, nested in lists or not) holds an `Audio` feature."""
+    if isinstance(feature, dict):
+        return any(_audio(f) for f in feature.values())
+    if isinstance(feature, (list, tuple)):
+        return any(_audio(f) for f in feature)
+    if isinstance(feature, (datasets.List, datasets.LargeList)):
+        return _audio(feature.feature)
+    return isinstance(feature, datasets.Audio)
 
 
 def _this_worker() -> tuple[int, int] | None:
