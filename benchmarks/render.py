@@ -148,6 +148,8 @@ def headline(data: dict) -> tuple[list[tuple], dict[str, tuple[float, float | No
         rows += mixture_targets(one(data["mixture"][1], "summary"))
     if "resume" in data:
         rows += resume_targets(one(data["resume"][1], "summary"))
+    if "columns" in data:
+        rows += columns_targets(data["columns"][1])
     if "stalls" in data:
         s = one(data["stalls"][1], "summary")
         ratio = s["stalls_over_no_stalls_worst"]
@@ -381,6 +383,28 @@ def resume_targets(s: dict) -> list[tuple]:
          s["default_first_step_s"], f"fresh start {fmt(s['fresh_first_step_s'])} s", s["default_over_fresh"], "",
          None),
     ]
+
+
+def columns_targets(rec: list[dict]) -> list[tuple]:
+    """The projections issue's target rows, per case: bytes from the volume and rows/s of `columns=["text"]`
+    beside HF's `parquet` builder and Ray's `read_parquet`, and every column beside the code before projections."""
+    rows = []
+    for s in (r for r in rec if "summary" in r):
+        case = f"{s['rows']:,} rows, {s['bytes'] / 1e6:,.0f} MB"
+        rows += [
+            ("#42 columns", f"{case}: columns=['text'], bytes from the volume (HF door)", s["volume_bytes"],
+             f"HF parquet {fmt(s['hf_volume_bytes'])}", s["bytes_vs_hf"], "≤ 1.5×", s["bytes_ok"]),
+            ("#42 columns", f"{case}: columns=['text'], rows/s (HF door; ratio: median of the rounds')",
+             s["rows_s"], f"HF parquet {fmt(s['hf_rows_s'])}", s["vs_hf"], "≥ 1×", s["vs_hf_ok"]),
+            ("#42 columns", f"{case}: columns=['text'], rows/s (read_uc_volume)", s["ray_ours_rows_s"],
+             f"Ray read_parquet {fmt(s['ray_rows_s'])}", s["vs_ray"], "≥ 1×", s["vs_ray_ok"]),
+        ]
+        if "all_vs_before" in s:
+            low, high = s["all_vs_before_spread"]
+            rows.append(("#42 columns", f"{case}: every column, rows/s (HF door) ÷ before projections "
+                         f"({s['before']}; rounds {low:.2f}-{high:.2f})", s["all_rows_s"],
+                         f"before {fmt(s['all_before_rows_s'])}", s["all_vs_before"], "≥ 1× (spread)", s["all_ok"]))
+    return rows
 
 
 RESUME_SYSTEMS = [

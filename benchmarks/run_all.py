@@ -9,7 +9,7 @@ they sit on the node's local NVMe disk; on a VM whose virtual disk makes page
 cache writes cost 3x more from one hour to the next, run with TMPDIR=/dev/shm
 so that every system's cache sits in memory alike.
 
-Usage: TMPDIR=/dev/shm python benchmarks/run_all.py [--only core,hf,stalls,pack,lines,webdataset,media,files_api,mixture,resume,...] [--render]
+Usage: TMPDIR=/dev/shm python benchmarks/run_all.py [--only core,hf,stalls,pack,lines,webdataset,media,files_api,mixture,resume,columns,...] [--render]
 """
 
 from __future__ import annotations
@@ -43,6 +43,7 @@ BENCHES = {
     "files_api": ["bench_files_api.py", "--root", "{tmp}/air-bench-files-api"],
     "mixture": ["bench_mixture.py"],
     "resume": ["bench_resume.py", "--root", "{tmp}/air-bench-resume"],
+    "columns": ["bench_columns.py", "--root", "{tmp}/air-bench-columns", "--before", "e716d33~1"],
 }
 
 
