@@ -6,7 +6,9 @@ rows of a 20 KB incompressible binary `image`, a short `text` and an `id`, in ro
 `wide10`, the same ten times larger (20,000 rows, 400 MB). `--scale` multiplies the rows of both.
 
 Each measurement runs in a fresh process with netvol preloaded, an empty node cache and HF cache, and a trace
-of the bytes it read from the volume (NETVOL_TRACE_BYTES=1), over two passes (the second on a warm node cache):
+of the bytes it read from the volume (NETVOL_TRACE_BYTES=1), over two passes (the second on a warm node cache),
+timed from `load_dataset` (or Ray's read) on, with torch, `datasets` and `air_hf` imported before, as a training
+script has them:
 
 - uc-volume: `load_dataset("uc-volume", data_dir=..., columns=["text"], streaming=True)`, iterated row by row;
 - hf-parquet: `load_dataset("parquet", data_files=..., columns=["text"], streaming=True)`, the same;
@@ -85,6 +87,9 @@ def count_batch(batch) -> tuple[int, int]:
 def measure_hf(args) -> dict:
     """Two passes over the HF streaming dataset, row by row, in this process."""
     import datasets
+    import torch  # noqa: F401  (a training script has it imported; a streaming load_dataset imports it)
+
+    import air_hf  # noqa: F401  (registers uc-volume, imported at the top of a script: not timed)
 
     columns = None if args.system.startswith("uc-volume-all") else ["text"]
     out = {"system": args.system, "case": args.case}
@@ -94,8 +99,6 @@ def measure_hf(args) -> dict:
         t = time.perf_counter()
         if datasets_ds is None:
             if args.system.startswith("uc-volume"):
-                import air_hf  # noqa: F401  (registers uc-volume)
-
                 datasets_ds = datasets.load_dataset("uc-volume", data_dir=f"{VOLUME}/{args.case}", split="train",
                                                     streaming=True, cache_dir=args.hf_cache, columns=columns)
             else:
