@@ -22,16 +22,17 @@ bytes (HF's `Image()`), as it does a WebDataset's.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterator, Sequence
+from typing import TYPE_CHECKING, Iterable, Iterator, Sequence
 
 from ..errors import VolumePathError
 from ..packs import plan as pack_plan, read as pack_read, store as pack_store
 from ..manifest import Manifest
-from ..planning.rows import RowGroup, RowSlice, piece_bytes, unit_of
+from ..planning.rows import RowGroup, RowSlice, unit_of
 from ..planning.shares import Planning
 from ..io.files import CachedFile
 from .files import FilesReader
-from .reader import FileRowsPart, FileRowsReader, Part, TableReader
+from .parquet import ParquetPart
+from .reader import FileRowsPart, FileRowsReader, TableReader
 from .row_groups import RowGroupPieces, localize
 
 if TYPE_CHECKING:
@@ -249,49 +250,21 @@ class MediaPackReader(RowGroupPieces, TableReader):
         out = []
         for pieces in groups:
             files, local = localize(pieces)
-            out.append(MediaPackPart(m.root, self.source.local, m.fingerprint, m.rows(files), local,
-                                     frozenset(k for k, f in enumerate(files) if f in ranged), self.schema(),
-                                     self.media()))
+            out.append(MediaPackPart(m.root, self.source.local, m.fingerprint, m.rows(files), local, self.schema(),
+                                     frozenset(k for k, f in enumerate(files) if f in ranged), self.media()))
         return out
 
 
 @dataclass(frozen=True)
-class MediaPackPart(Part):
-    """Row groups of a pack of records to read elsewhere: their shards' rows of the listing, the pieces numbered
-    over them, which shards are read by ranges, the rows' schema and the media columns."""
+class MediaPackPart(ParquetPart):
+    """Row groups of a pack of records to read elsewhere, as a Parquet part reads them (its shards' rows of the
+    listing, the pieces, which shards are read by ranges, the rows' schema), each media column's bytes taken out
+    of its `struct<bytes, path>`."""
 
-    root: str
-    local_root: str
-    fingerprint: str
-    listing: list[tuple[str, int, int]]
-    pieces: list[RowGroup | RowSlice]
-    ranged: frozenset[int]
-    schema: pa.Schema
     media: dict[str, str]
 
-    @property
-    def rows(self) -> int:
-        return sum(p.num_rows for p in self.pieces)
-
-    @property
-    def nbytes(self) -> int:
-        return sum(piece_bytes(p) for p in self.pieces)
-
-    @property
-    def input_files(self) -> list[str]:
-        return [f"{self.root}/{r[0]}" for r in self.listing]
-
-    def read(self, cache: Cache, *, fetch_threads: int = 16, prefetch: int = 16, prefetch_bytes: int = 1 << 30,
-             on_error: str = "raise", columns: Sequence[str] | None = None) -> Iterator[tuple[str, pa.Table]]:
-        """(shard's volume path, rows) per piece."""
-        from . import parquet_io
-
-        manifest = Manifest.from_rows(self.root, self.listing, self.fingerprint)
-        tables = parquet_io.read_units(manifest, self.pieces, cache, columns=columns, fetch_threads=fetch_threads,
-                                       prefetch=prefetch, prefetch_bytes=prefetch_bytes, local_root=self.local_root,
-                                       ranged=self.ranged)
-        for piece, table in zip(self.pieces, tables):
-            yield manifest.volume_path(unit_of(piece).file), as_rows(table, self.schema, self.media)
+    def _rows(self, tables: Iterable[pa.Table]) -> Iterator[pa.Table]:
+        return (as_rows(table, self.schema, self.media) for table in tables)
 
 
 def with_bytes(schema: pa.Schema, stored: pa.Schema, media: dict[str, str]) -> pa.Schema:

@@ -146,5 +146,9 @@ class ParquetPart(Part):
         tables = parquet_io.read_units(manifest, self.pieces, cache, columns=columns, fetch_threads=fetch_threads,
                                        prefetch=prefetch, prefetch_bytes=prefetch_bytes, local_root=self.local_root,
                                        ranged=self.ranged)
-        for piece, table in zip(self.pieces, cast_to(tables, self.schema)):
+        for piece, table in zip(self.pieces, self._rows(tables)):
             yield manifest.volume_path(unit_of(piece).file), table
+
+    def _rows(self, tables: Iterable[pa.Table]) -> Iterator[pa.Table]:
+        """The row groups' tables as this part delivers them: cast to the schema given, if any."""
+        return cast_to(tables, self.schema)
