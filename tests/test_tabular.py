@@ -10,6 +10,7 @@ import pytest
 from air_core.io.cache import Cache
 from air_core.io.listing import list_folder
 from air_core.planning.shares import Planning
+from air_core.read import parquet_io
 from air_core.read.parquet_io import ParquetError, parquet_units, read_units
 from air_core.source import resolve_source
 
@@ -74,18 +75,26 @@ def _ten_row_groups(volume) -> int:
     return path.stat().st_size
 
 
-def test_a_share_of_a_files_row_groups_fetches_their_ranges_and_a_whole_share_the_file(volume, tmp_path):
+def test_a_share_of_a_files_row_groups_fetches_their_ranges_and_a_whole_share_the_file(volume, tmp_path,
+                                                                                        monkeypatch):
     ids, size = list(range(100_000)), _ten_row_groups(volume)
     manifest = list_folder(volume.path("t"))
     units = parquet_units(manifest)
     assert len(units) == 10 and all(0 < u.start < u.stop < size for u in units)
 
+    # The process that planned has the footer: their column chunks alone.
     half = Cache(str(tmp_path / "half"))
     rows = [r for t in read_units(manifest, units[3:7], half) for r in t.column("id").to_pylist()]
     assert rows == ids[30_000:70_000]
     needed = sum(u.stop - u.start for u in units[3:7])
-    assert half.stats.bytes_fetched == needed + (64 << 10)  # their column chunks and the footer's tail
-    assert half.stats.misses == 5
+    assert half.stats.bytes_fetched == needed and half.stats.misses == 4
+
+    # One that did not (keeping no footers) fetches the file's tail for it besides, once.
+    monkeypatch.setattr(parquet_io, "_FOOTERS", parquet_io._Footers(0))
+    other = Cache(str(tmp_path / "other"))
+    rows = [r for t in read_units(manifest, units[3:7], other) for r in t.column("id").to_pylist()]
+    assert rows == ids[30_000:70_000]
+    assert other.stats.bytes_fetched == needed + (64 << 10) and other.stats.misses == 5
 
     whole = Cache(str(tmp_path / "whole"))
     assert sum(t.num_rows for t in read_units(manifest, units, whole)) == 100_000
@@ -111,4 +120,4 @@ def test_parts_read_on_one_node_fetch_a_file_they_read_all_of_whole(volume, tmp_
     parts = reader.parts([units[3:5], units[5:7]], Planning(), epoch=0)
     rows = [r for p in parts for _, t in p.read(share) for r in t.column("id").to_pylist()]
     assert rows == ids[30_000:70_000]
-    assert share.stats.bytes_fetched == sum(u.stop - u.start for u in units[3:7]) + (64 << 10)
+    assert share.stats.bytes_fetched == sum(u.stop - u.start for u in units[3:7])  # footer read when planned

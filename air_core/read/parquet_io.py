@@ -50,6 +50,32 @@ FOOTER_THREADS = 32
 # What is fetched for a footer read by range: as much as `RemoteFile` fetches for one (most footers fit).
 FOOTER_TAIL = RemoteFile.TAIL
 _OPEN_FILES = 8
+FOOTERS_KEPT = 16 << 20  # bytes of footers a process keeps (see `_Footers`)
+
+
+class _Footers:
+    """The footers this process has read, by file version, up to `limit` serialized bytes (the first read are
+    kept). Planning reads every footer once; the schema and the reads that follow in the same process (HF's
+    streaming door, DataLoader workers forked after planning) open no file again for one."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit, self.bytes, self.held = limit, 0, {}
+
+    def get(self, manifest: Manifest, k: int) -> pq.FileMetaData | None:
+        return self.held.get(_version(manifest, k))
+
+    def put(self, manifest: Manifest, k: int, md: pq.FileMetaData) -> None:
+        key = _version(manifest, k)
+        if key not in self.held and self.bytes + md.serialized_size <= self.limit:
+            self.held[key] = md
+            self.bytes += md.serialized_size
+
+
+def _version(manifest: Manifest, k: int) -> tuple[str, int, int]:
+    return manifest.volume_path(k), int(manifest.sizes[k]), int(manifest.mtimes[k])
+
+
+_FOOTERS = _Footers(FOOTERS_KEPT)
 
 
 def partition_values(rel_path: str) -> dict[str, str]:
@@ -75,7 +101,7 @@ def parquet_units(manifest: Manifest, *, threads: int = FOOTER_THREADS,
     """
     local_root = volume.parse(manifest.root).local
 
-    def footer(i: int) -> tuple[dict[str, str], list[RowGroup]]:
+    def footer(i: int) -> tuple[pq.FileMetaData, dict[str, str], list[RowGroup]]:
         try:
             md = pq.read_metadata(_input(manifest, local_root, i, cache))
             columns = _column_types(md.schema.to_arrow_schema())
@@ -84,14 +110,15 @@ def parquet_units(manifest: Manifest, *, threads: int = FOOTER_THREADS,
                 f"{manifest.volume_path(i)} is not a readable Parquet file ({e}); remove or replace it, "
                 "or leave it out with exclude="
             ) from e
-        return columns, [RowGroup(i, g, md.row_group(g).num_rows, md.row_group(g).total_byte_size,
-                                  *_byte_range(md.row_group(g))) for g in range(md.num_row_groups)]
+        return md, columns, [RowGroup(i, g, md.row_group(g).num_rows, md.row_group(g).total_byte_size,
+                                      *_byte_range(md.row_group(g))) for g in range(md.num_row_groups)]
 
     footers = ordered_map(footer, ((i, 0) for i in range(len(manifest))), threads=threads,
                           max_ahead=4 * threads, max_bytes=1 << 62)
     units: list[RowGroup] = []
     first: dict[str, str] | None = None
-    for i, (columns, groups) in enumerate(footers):
+    for i, (md, columns, groups) in enumerate(footers):
+        _FOOTERS.put(manifest, i, md)
         if first is None:
             first = columns
         elif columns != first:
@@ -152,8 +179,10 @@ def schema(manifest: Manifest, units: Sequence[RowGroup], cache: Cache | None = 
     `parquet_units`)."""
     i = units[0].file if units else 0
     first = manifest.paths[i]
+    md = _FOOTERS.get(manifest, i)
     try:
-        s = pq.read_schema(_input(manifest, volume.parse(manifest.root).local, i, cache))
+        s = md.schema.to_arrow_schema() if md is not None else \
+            pq.read_schema(_input(manifest, volume.parse(manifest.root).local, i, cache))
     except (pa.ArrowException, OSError) as e:
         raise ParquetError(f"{manifest.root}/{first} is not a readable Parquet file ({e})") from e
     for key in partition_values(first):
@@ -189,9 +218,13 @@ def read_units(
     chunked: dict[RowGroup, list[Range]] = {}
     if columns is not None:
         footers, chunked = _projections(manifest, units, columns, cache, local_root, ranged, fetch_threads)
-    wants = [[_tail(u.file, int(manifest.sizes[u.file])), *chunked[u]] if u in chunked
-             else _ranges(u, int(manifest.sizes[u.file]), u.file in ranged) for u in units]
+    for u in units:
+        if u.file in ranged and u.file not in footers and (md := _FOOTERS.get(manifest, u.file)) is not None:
+            footers[u.file] = md
+    wants = [_ranges(u, int(manifest.sizes[u.file]), u.file in ranged, chunked.get(u), u.file in footers)
+             for u in units]
     last = {r: k for k, rs in enumerate(wants) for r in rs}  # a range leaves memory after its last piece
+    last_of_file = {u.file: k for k, u in enumerate(units)}
     fetched = _read_ranges(manifest, list(last), cache, fetch_threads=fetch_threads, prefetch=prefetch,
                            prefetch_bytes=prefetch_bytes, local_root=local_root or volume.parse(manifest.root).local)
     ready: dict[Range, CachedFile] = {}
@@ -205,7 +238,8 @@ def read_units(
         if unit.file in ranged or unit in chunked:
             if unit.file not in footers:
                 footers[unit.file] = _footer(manifest, cache, ready[rs[0]], local_root)
-            table = _read_ranged(manifest, unit, footers[unit.file], [(r[1], ready[r]) for r in rs], cols,
+            table = _read_ranged(manifest, unit, footers[unit.file],
+                                 [(r[1], ready[r]) for r in rs], cols,
                                  local_root)
         else:
             pf = open_files.get(unit.file)
@@ -219,10 +253,10 @@ def read_units(
         for r in rs:
             if last[r] == k:
                 del ready[r]
-                if r == rs[0]:
-                    footers.pop(unit.file, None)
-                    if unit.file in open_files:
-                        open_files.pop(unit.file).close()
+        if last_of_file[unit.file] == k:
+            footers.pop(unit.file, None)
+            if unit.file in open_files:
+                open_files.pop(unit.file).close()
         if isinstance(piece, RowSlice):
             table = table.slice(piece.start, piece.num_rows)
         for key, value in partition_values(manifest.paths[unit.file]).items():
@@ -251,11 +285,12 @@ def ranged_files(units: Sequence[RowGroup], sizes) -> set[int]:
     return {f for f, groups in needed.items() if known[f] and int(sizes[f]) - sum(groups.values()) > FOOTER_TAIL}
 
 
-def _ranges(unit: RowGroup, size: int, ranged: bool) -> list[Range]:
-    """What a row group's read needs fetched: its file, or the file's tail (its footer) and its own bytes."""
-    if not ranged:
+def _ranges(unit: RowGroup, size: int, ranged: bool, chunks: list[Range] | None, footer_read: bool) -> list[Range]:
+    """What a row group's read needs fetched: its file; or its own bytes (`chunks` where given), after the file's
+    tail for its footer unless that is read already."""
+    if not ranged and chunks is None:
         return [(unit.file, 0, size)]
-    return [_tail(unit.file, size), (unit.file, unit.start, unit.stop)]
+    return ([] if footer_read else [_tail(unit.file, size)]) + (chunks or [(unit.file, unit.start, unit.stop)])
 
 
 def _tail(file: int, size: int) -> Range:
@@ -279,7 +314,9 @@ def _projections(manifest: Manifest, units: Sequence[RowGroup], columns: Sequenc
         size, mtime = int(manifest.sizes[k]), int(manifest.mtimes[k])
         if cache.lookup(manifest.volume_path(k), size, mtime) is not None:
             return None
-        return _footer(manifest, cache, _fetch_range(manifest, cache, _tail(k, size), local_root), local_root)
+        known = _FOOTERS.get(manifest, k)
+        return known if known is not None else \
+            _footer(manifest, cache, _fetch_range(manifest, cache, _tail(k, size), local_root), local_root)
 
     read = ordered_map(footer, ((k, 0) for k in files), threads=min(threads, FOOTER_THREADS),
                        max_ahead=4 * threads, max_bytes=1 << 62)
