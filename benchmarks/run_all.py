@@ -23,7 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import netvol_so
+from common import compiled, netvol_so
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
@@ -54,6 +54,7 @@ def run(name: str, tree: Path = HERE.parent, out_dir: Path = RESULTS) -> list[di
     print(f"== {name}: {' '.join(cmd)}", flush=True)
     t = time.perf_counter()
     env = {**os.environ, "PYTHONPATH": str(tree)}
+    compiled(tree)
     out = subprocess.run(cmd, cwd=tree / "benchmarks", env=env, capture_output=True, text=True)
     if out.returncode:
         raise SystemExit(f"{name} failed:\n{out.stderr[-4000:]}")
