@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence
 import numpy as np
 
 from .errors import OptionError
-from .mixed_source import ROW_MODES, Mixed, MixedSource, resolve_specs
+from .mixed_source import ROW_MODES, Mixed, MixedSource, resolve_sources, resolve_specs
 from .planning import mixture
 from .planning.rows import RowSlice, deal_rows, piece_bytes
 from .planning.shares import Equalize, Planning, epoch_order
@@ -60,15 +60,22 @@ def resolve_tables(sources: Sequence[Mapping[str, Any]], *, epoch_size: int | No
     return _tables(resolved, kind, weights, epoch_size, names)
 
 
-def resolve_mixture(sources: Sequence[Mapping[str, Any]], *, epoch_size: int | None = None,
-                    cache_dir: str | None = None) -> MixedSource | MixedTable:
+def resolve_mixture(sources: Sequence[Mapping[str, Any]], *, mode: str = "auto", rows_here: str,
+                    epoch_size: int | None = None, cache_dir: str | None = None) -> MixedSource | MixedTable:
     """A mixture of loose files or of tables' rows, as its sources are read (each its dict's `mode`, default
-    "auto"), for a door that reads both.
+    "auto"), for a door that reads both; the door's own `mode` is "auto", or "files" to read every source as
+    loose files (`resolve_sources`, `rows_here` as there).
 
     Raises:
-        OptionError: as `resolve_tables`, and sources of files beside sources of rows (naming one of each).
+        OptionError: as `resolve_tables`, sources of files beside sources of rows (naming one of each), and a
+            door's `mode` other than "auto" or "files" (a source's mode is given in its dict).
         VolumePathError, EmptyVolumeError: a source folder that is missing or empty.
     """
+    if mode == "files":
+        return resolve_sources(sources, rows_here=rows_here, epoch_size=epoch_size, cache_dir=cache_dir)
+    if mode != "auto":
+        raise OptionError(f"mode={mode!r} beside sources=: give mode= in each source's dict (or mode='files' to "
+                          "read every source as loose files)")
     resolved, kind, weights, names = resolve_specs(sources, mode="auto", cache_dir=cache_dir)
     files = [name for s, name in zip(resolved, names) if s.mode == "files"]
     if len(files) == len(resolved):

@@ -23,7 +23,7 @@ from typing import Any, Iterator, Union
 import datasets
 import pyarrow as pa
 
-from air_core.doors import EQUALIZES, MODES, ON_ERRORS, Cache, MixedSource, MixedTable, OptionError, Planning, Source, TableReader, check_columns, default_fetch_threads, detect_rank, freeze_inherited, resolve_mixture, resolve_source, resolve_sources, volume, without_skips
+from air_core.doors import EQUALIZES, MODES, ON_ERRORS, Cache, MixedSource, MixedTable, OptionError, Planning, Source, TableReader, check_columns, default_fetch_threads, detect_rank, freeze_inherited, resolve_mixture, resolve_source, volume, without_skips
 from air_core.doors import options as check
 from air_core.planning.rows import RowGroup, RowSlice, unit_of
 
@@ -190,13 +190,9 @@ class UCVolumeConfig(datasets.BuilderConfig):
 
 def _resolve(config: UCVolumeConfig, features: datasets.Features | None) -> Source | MixedSource | MixedTable:
     if config.sources is not None:
-        if config.mode == "files":
-            return resolve_sources(config.sources, rows_here="load_dataset('uc-volume', sources=[...]) in mode 'auto' "
-                                   "(the default)", epoch_size=config.epoch_size, cache_dir=config.node_cache_dir)
-        if config.mode != "auto":
-            raise OptionError(f"mode={config.mode!r} beside sources=: give mode= in each source's dict (or "
-                              "mode='files' to read every source as loose files)")
-        return resolve_mixture(config.sources, epoch_size=config.epoch_size, cache_dir=config.node_cache_dir)
+        return resolve_mixture(config.sources, mode=config.mode, epoch_size=config.epoch_size,
+                               cache_dir=config.node_cache_dir,
+                               rows_here="load_dataset('uc-volume', sources=[...]) in mode 'auto' (the default)")
     return resolve_source(config.data_dir, mode=config.mode, include=config.include, exclude=config.exclude,
                           file_extensions=config.file_extensions, delta_table=config.delta_table,
                           delta_version=config.delta_version, cache_dir=config.node_cache_dir,
@@ -320,7 +316,7 @@ class UCVolume(datasets.ArrowBasedBuilder):
         pieces, cache, threads = self._shard_pieces(shards, parts, epoch)
         if isinstance(reader, TableReader):
             names, kinds = list(self._features), media.featured(self.info.features, reader.media())
-            at, left, drop = _left(pieces, start, in_order=reader.mode == "parquet" or not c.shuffle)
+            at, left, drop = _left(pieces, start, in_order=reader.rows_as_stored or not c.shuffle)
             tables = reader.read_pieces(left, cache, columns=c.columns, fetch_threads=threads, planning=c.planning,
                                         epoch=epoch, on_error=c.on_error)
             for k, table in _past_rows(tables, drop):
@@ -351,7 +347,7 @@ class UCVolume(datasets.ArrowBasedBuilder):
             return
         pieces, cache, threads = self._shard_pieces(shards, parts, epoch)
         names = list(self._features)
-        at, left, drop = _left(pieces, start, in_order=reader.mode == "parquet" or not c.shuffle)
+        at, left, drop = _left(pieces, start, in_order=reader.rows_as_stored or not c.shuffle)
         runs = reader.read_rows(left, cache, columns=c.columns, fetch_threads=threads, planning=c.planning,
                                 epoch=epoch, on_error=c.on_error)
         for k, got in _past_rows(runs, drop):
@@ -363,7 +359,7 @@ class UCVolume(datasets.ArrowBasedBuilder):
 def _left(pieces: list, start: tuple[int, int], *, in_order: bool) -> tuple[int, list, int]:
     """Where to read on from `start` (pieces done, rows of the next read): the place of the first piece left among
     `pieces`, the pieces left, and how many rows of the first of them to read and drop. A piece that is a range of
-    rows read in their order (`in_order`: Parquet's, or any reader's unshuffled) is cut to its rows from there
+    rows read in their order (`in_order`: a reader's `rows_as_stored`, or any reader's unshuffled) is cut to its rows from there
     instead (Parquet reads its row group, then a slice of it), or left out where none is left."""
     done, rows = start
     left = pieces[done:]

@@ -34,7 +34,7 @@ from ray.data.datasource import Datasource, ReadTask
 from ray.util.annotations import RayDeprecationWarning
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from air_core.doors import DEFAULT_FETCH_THREADS, EQUALIZES, ON_ERRORS, Equalize, Grid, MixedSource, MixedTable, Mode, OnError, OptionError, Planning, Source, TableReader, check_columns, default_dir, detect_rank, entry_path_length, resolve_mixture, resolve_source, resolve_sources
+from air_core.doors import DEFAULT_FETCH_THREADS, EQUALIZES, ON_ERRORS, Equalize, Grid, MixedSource, MixedTable, Mode, OnError, OptionError, Planning, Source, TableReader, check_columns, default_dir, detect_rank, entry_path_length, resolve_mixture, resolve_source
 from air_core.doors import options as check
 
 from air_core.read.media import MediaReader, contents_schema
@@ -227,14 +227,11 @@ class UCVolumeDatasource(Datasource):
                                      ("schema", schema), ("delimiter", delimiter), ("sample_by", sample_by),
                                      ("media", media), ("media_dir", media_dir))
                       if v is not None]
-            if beside or mode not in ("auto", "files"):
+            if beside:
                 raise OptionError(f"sources= is a mixture of folders, each named with its selection in its dict: "
-                                  f"give {beside[0] + '=' if beside else 'mode='} there, not beside it")
-            if mode == "files":
-                self._source = resolve_sources(sources, rows_here="read_uc_volume(sources=[...]) in mode 'auto' (the "
-                                               "default)", epoch_size=epoch_size, cache_dir=cache_dir)
-            else:
-                self._source = resolve_mixture(sources, epoch_size=epoch_size, cache_dir=cache_dir)
+                                  f"give {beside[0]}= there, not beside it")
+            self._source = resolve_mixture(sources, mode=mode, epoch_size=epoch_size, cache_dir=cache_dir,
+                                           rows_here="read_uc_volume(sources=[...]) in mode 'auto' (the default)")
         reader = self._source.reader
         reader.check(on_error=on_error, include_bytes=include_bytes)
         self._tables = isinstance(reader, TableReader)

@@ -585,7 +585,7 @@ def test_a_mixture_through_read_uc_volume_gives_ranks_equal_shares(volume, ray_c
 def test_a_mixture_refuses_a_selection_beside_its_sources_and_files_beside_tables(volume):
     with pytest.raises(OptionError, match="give include= there"):
         UCVolumeDatasource(sources=mixture(volume), include="*.bin")
-    with pytest.raises(OptionError, match="give mode= there"):
+    with pytest.raises(OptionError, match="mode='parquet' beside sources=: give mode= in each source's dict"):
         UCVolumeDatasource(sources=mixture(volume), mode="parquet")
     write_table(volume, "table")
     with pytest.raises(OptionError, match=r"sources\[0\] \(.*chat\) is read as loose files but sources\[2\] "

@@ -216,6 +216,9 @@ class TableReader(Reader):
 
     counts = "rows"
     takes = ("schema",)
+    # Whether `read_pieces` gives a piece's rows in their stored order under any planning (row groups do; a
+    # shuffled span does not): a resumed stream then cuts the piece to the rows left rather than read and drop.
+    rows_as_stored = False
 
     def schema(self) -> pa.Schema:
         """The rows' schema."""

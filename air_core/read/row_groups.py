@@ -33,6 +33,8 @@ Rows = TypeVar("Rows", "pa.Table", "list[dict[str, Any]]")
 class RowGroupPieces:
     """`Reader` methods for a reader whose `units()` are row groups and whose pieces are row groups or row ranges."""
 
+    rows_as_stored = True  # a row group is read whole, in its order (see `TableReader`)
+
     def units(self) -> list[RowGroup]:
         raise NotImplementedError
 
