@@ -10,7 +10,9 @@ import pytest
 
 import air_core
 from air_core.io.cache import Cache
-from air_core.planning.column_chunks import coalesce, selected
+from air_core.io import held_open as held_open_module
+from air_core.io.held_open import held_open
+from air_core.planning.column_chunks import coalesce, one_open_batches, selected
 
 ROWS, IMAGE = 400, 20_000
 
@@ -43,6 +45,28 @@ def test_chunks_a_column_names_are_its_leaves_and_close_ones_are_one_span():
     assert selected(chunks, ["tags.list"]) == [(9_000_600, 9_001_000)]
     assert selected(chunks, ["split"]) == []  # a partition column has no chunk
     assert coalesce([(50, 60), (0, 10), (5, 20), (20_000, 20_001)], hole=30) == [(0, 60), (20_000, 20_001)]
+
+
+def test_small_ranges_of_one_file_are_fetched_through_one_open_and_a_large_one_alone():
+    ranges = [(0, 0, 10), (0, 50, 60), (1, 0, 10), (1, 100, 200), (1, 300, 400), (1, 400, 2_000), (2, 0, 5)]
+    assert one_open_batches(ranges, limit=250) == [[(0, 0, 10), (0, 50, 60)], [(1, 0, 10), (1, 100, 200), (1, 300, 400)],
+                                                   [(1, 400, 2_000)], [(2, 0, 5)]]
+
+
+def test_a_file_held_open_stays_open_while_in_use_and_idle_ones_close_past_the_limit(tmp_path, monkeypatch):
+    monkeypatch.setattr(held_open_module, "HELD", 1)
+    paths = []
+    for name in "abc":
+        (tmp_path / name).write_bytes(name.encode())
+        st = os.stat(tmp_path / name)
+        paths.append((str(tmp_path / name), name, st.st_size, st.st_mtime_ns))
+    with held_open(*paths[0]) as a:
+        with held_open(*paths[1]) as b, held_open(*paths[2]) as c:
+            assert os.pread(a, 1, 0) == b"a" and os.pread(b, 1, 0) == b"b" and os.pread(c, 1, 0) == b"c"
+        assert os.pread(a, 1, 0) == b"a"  # in use: never closed under its user
+    with held_open(*paths[0]) as again:
+        assert again == a or os.pread(again, 1, 0) == b"a"
+    assert len(held_open_module._held) == 1  # the others closed, idle past the limit
 
 
 def test_the_hf_door_fetches_only_the_asked_columns_over_the_files_api(files_api):
@@ -98,3 +122,26 @@ def test_ray_reads_only_the_asked_columns(volume, tmp_path, ray_cluster):
     ds = air_ray.read_uc_volume(volume.path("wide"), columns=["text"], cache_dir=str(cache))
     assert sorted(r["text"] for r in ds.take_all()) == sorted(table["text"].to_pylist())
     assert text <= Cache(str(cache)).usage() <= text + 64 * 1024 + 4096
+
+
+def test_a_projection_read_as_several_hf_shards_opens_its_file_once_for_their_chunks(volume, monkeypatch):
+    import datasets
+
+    import air_hf  # noqa: F401
+
+    table = _wide(volume)
+    path = str(volume.local("wide/part-0.parquet"))
+    opened, os_open = [], os.open
+
+    def counted(file, *args, **kwargs):
+        if os.fspath(file) == path:
+            opened.append(file)
+        return os_open(file, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", counted)
+    ds = datasets.load_dataset("uc-volume", data_dir=volume.path("wide"), split="train", streaming=True,
+                               columns=["text"])
+    assert ds.num_shards > 1  # each shard a read of its own, one after another
+    assert [r["text"] for r in ds] == table.column("text").to_pylist()
+    # The chunks of every row group, across the shards, through one open (the footer was read planning).
+    assert len(opened) < ds.num_shards, opened

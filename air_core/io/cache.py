@@ -81,7 +81,7 @@ from array import array
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import TYPE_CHECKING, Iterable, Iterator
+from typing import TYPE_CHECKING, Iterable, Iterator, Sequence
 
 import numpy as np
 import xxhash
@@ -91,6 +91,7 @@ from ..errors import FetchError, OptionError
 from . import transport
 from .cache_ledger import Ledger
 from .fetch import ordered_map
+from .held_open import held_open, open_version
 from .kernel_copy import send_range
 from .node_lock import lock_file, unlock_file
 
@@ -284,7 +285,8 @@ class Cache:
             self.stats.hits += len(found)
         return found
 
-    def get(self, source: str, volume_path: str, size: int, mtime_ns: int, span: Span | None = None) -> str | None:
+    def get(self, source: str, volume_path: str, size: int, mtime_ns: int, span: Span | None = None, *,
+            opened: int | None = None) -> str | None:
         """The cached copy's path, fetching `source` first if needed; None if not admitted.
 
         `span`: cache only the bytes [start, stop) of the file, as an entry of
@@ -292,7 +294,9 @@ class Cache:
         `mtime_ns` are still the whole file's, which the copy checks.
         A call for a file this process is fetching already is a hedge: it makes
         a copy of its own rather than wait for the first. A copy that fails
-        its check (see `lookup`) is removed and fetched again.
+        its check (see `lookup`) is removed and fetched again. `opened`: a
+        descriptor of `source` open already (see `get_spans`), read from
+        rather than opening it again.
         """
         hit = self.lookup(volume_path, size, mtime_ns, span)
         if hit is not None:
@@ -303,15 +307,28 @@ class Cache:
             self._fetching.add(entry)
             self.stats.hedged += hedge
         if hedge:
-            return self._hedge(source, volume_path, size, mtime_ns, span, entry)
+            return self._hedge(source, volume_path, size, mtime_ns, span, entry, opened)
         try:
-            return self._fetch(source, volume_path, size, mtime_ns, span, entry)
+            return self._fetch(source, volume_path, size, mtime_ns, span, entry, opened)
         finally:
             with self._lock:
                 self._fetching.discard(entry)
 
+    def get_spans(self, source: str, volume_path: str, size: int, mtime_ns: int, spans: Sequence[Span]
+                  ) -> list[str | None]:
+        """`get` of each of `spans`, small ranges of one file, those not cached fetched through one descriptor of it
+        held open for the next call (`held_open`): a volume's open costs a round trip, and the chunks of a column
+        across a file's row groups are many small spans. Over the Files API, where each range is a request of its
+        own, each is `get` alone."""
+        found = [self.lookup(volume_path, size, mtime_ns, span) for span in spans]
+        if all(entry is not None for entry in found) or transport.remote(source) is not None:
+            return [entry or self.get(source, volume_path, size, mtime_ns, span) for entry, span in zip(found, spans)]
+        with held_open(source, volume_path, size, mtime_ns) as src:
+            return [entry or self.get(source, volume_path, size, mtime_ns, span, opened=src)
+                    for entry, span in zip(found, spans)]
+
     def _fetch(self, source: str, volume_path: str, size: int, mtime_ns: int, span: Span | None,
-               entry: str) -> str | None:
+               entry: str, opened: int | None) -> str | None:
         length = _length(size, span)
         with _claimed(entry) as (fd, part):
             fault = self._fault(entry, length)  # another fetcher of this file may have finished first
@@ -328,7 +345,7 @@ class Cache:
                 return None
             # A stale .part of this key holds at most `length` bytes (size and span are in the
             # key), so writing `length` bytes from offset 0 leaves exactly the entry.
-            self._copy_counted(source, volume_path, size, mtime_ns, span, fd, part, entry)
+            self._copy_counted(source, volume_path, size, mtime_ns, span, fd, part, entry, opened)
         return entry
 
     def _adopt(self, earlier: str, entry: str, length: int) -> bool:
@@ -351,7 +368,7 @@ class Cache:
         return fault is None
 
     def _hedge(self, source: str, volume_path: str, size: int, mtime_ns: int, span: Span | None,
-               entry: str) -> str | None:
+               entry: str, opened: int | None) -> str | None:
         length = _length(size, span)
         if not self._reserve(length):
             self._count(not_admitted=1)
@@ -359,7 +376,7 @@ class Cache:
         fd, name = _private_file(os.path.dirname(entry), os.path.basename(entry))
         try:
             won = self._copy_counted(source, volume_path, size, mtime_ns, span, fd, name or f"/proc/self/fd/{fd}",
-                                     entry)
+                                     entry, opened)
         finally:
             os.close(fd)
             if name:
@@ -368,7 +385,7 @@ class Cache:
         return entry if won or self._fault(entry, length) is None else None
 
     def _copy_counted(self, source: str, volume_path: str, size: int, mtime_ns: int, span: Span | None, fd: int,
-                      copy: str, entry: str) -> bool:
+                      copy: str, entry: str, opened: int | None = None) -> bool:
         """Copy into `fd` (named `copy`), its bytes reserved already; count them as held, then publish it (see
         `_publish`). True if it became the entry; else (it came second) its bytes are taken off the ledger
         again, as they are given back if the copy fails.
@@ -379,7 +396,7 @@ class Cache:
         length = _length(size, span)
         try:
             _record(fd, length, copy_into(source, volume_path, size, mtime_ns, fd, span, checksum=self.verify,
-                                          remote=transport.remote(source)))
+                                          remote=transport.remote(source), opened=opened))
         except BaseException:
             self._ledger.release(length)
             raise
@@ -698,7 +715,7 @@ def _remove_leftover(path: str, now: float) -> None:
 
 
 def copy_into(source: str, volume_path: str, size: int, mtime_ns: int, fd: int, span: Span | None = None, *,
-              checksum: bool = False, remote: FilesApi | None = None) -> int | None:
+              checksum: bool = False, remote: FilesApi | None = None, opened: int | None = None) -> int | None:
     """Copy `source` (or its bytes `span`) into the open file `fd` from offset 0, checking it is the listed version.
 
     With `checksum`, returns the copy's checksum (`_digest`), computed from
@@ -713,7 +730,8 @@ def copy_into(source: str, volume_path: str, size: int, mtime_ns: int, fd: int, 
     copy that loses stops at its next chunk, and writes the same bytes
     through a descriptor of its own until then, so returning late it cannot
     write into whatever file reuses `fd`'s number. `remote`: the Files API client through which `source`'s
-    volume is reached (`transport.remote(source)`), else None: `source` is then a local path.
+    volume is reached (`transport.remote(source)`), else None: `source` is then a local path. `opened`: a
+    descriptor of `source`'s listed version, read from (a copy of one range) rather than opening it again.
     """
     begin, end = (0, size) if span is None else span
     if not 0 <= begin <= end <= size:
@@ -732,27 +750,18 @@ def copy_into(source: str, volume_path: str, size: int, mtime_ns: int, fd: int, 
     elif remote is not None:
         copied, blocks = _download(remote, volume_path, size, mtime_ns, fd, begin, end, begin)
     else:
-        src = _open_version(source, volume_path, size, mtime_ns)
+        src = open_version(source, volume_path, size, mtime_ns) if opened is None else opened
         try:
             if checksum:
                 copied, blocks = _copy(src, fd, begin, end, begin)
             else:
                 copied = send_range(src, fd, begin, end)  # at `fd`'s position: its start, the file being new
         finally:
-            os.close(src)
+            if opened is None:
+                os.close(src)
     if copied != end - begin:
         raise FetchError(0, f"{volume_path} changed while being read ({copied} of {end - begin} bytes)")
     return _digest(blocks) if checksum else None
-
-
-def _open_version(source: str, volume_path: str, size: int, mtime_ns: int) -> int:
-    src = os.open(source, os.O_RDONLY)
-    try:
-        _check_version(os.fstat(src), volume_path, size, mtime_ns)
-    except BaseException:
-        os.close(src)
-        raise
-    return src
 
 
 def _download_range(remote: FilesApi, source: str, volume_path: str, size: int, mtime_ns: int, dst: int,
@@ -767,7 +776,7 @@ def _download_range(remote: FilesApi, source: str, volume_path: str, size: int, 
 
 def _copy_range(source: str, volume_path: str, size: int, mtime_ns: int, dst: int, start: int, stop: int,
                 base: int, done: threading.Event) -> tuple[int, list[int]]:
-    src = _open_version(source, volume_path, size, mtime_ns)
+    src = open_version(source, volume_path, size, mtime_ns)
     try:
         own = os.dup(dst)
         try:
@@ -935,7 +944,7 @@ def read_bytes(source: str, volume_path: str, size: int, mtime_ns: int, span: Sp
         if n != end - begin:
             raise FetchError(0, f"{volume_path} changed while being read ({n} of {end - begin} bytes)")
         return bytes(buffer)
-    fd = _open_version(source, volume_path, size, mtime_ns)
+    fd = open_version(source, volume_path, size, mtime_ns)
     try:
         if begin:
             os.lseek(fd, begin, os.SEEK_SET)
@@ -957,14 +966,6 @@ def read_fd(fd: int, size: int) -> bytes:
             n += len(chunk)
         data = b"".join(parts)
     return data
-
-
-def _check_version(st: os.stat_result, volume_path: str, size: int, mtime_ns: int) -> None:
-    if st.st_size != size or st.st_mtime_ns != mtime_ns:
-        raise FetchError(
-            0, f"{volume_path} changed after it was listed (size {size} -> {st.st_size}); "
-            "list again (make a new stream) to read the new version"
-        )
 
 
 def _private_file(folder: str, name: str) -> tuple[int, str | None]:

@@ -12,6 +12,9 @@ from typing import Sequence
 
 # pyarrow's `CacheOptions.hole_size_limit`: chunks at most this far apart are fetched as one span.
 HOLE_BYTES = 8192
+# Spans of one file fetched through one open, up to this many bytes together: about an open's round trip on the
+# wire, so a batch takes not much longer than one span alone, and saves a round trip for each span but one.
+ONE_OPEN_BYTES = 1 << 20
 
 Span = tuple[int, int]
 
@@ -35,6 +38,24 @@ def coalesce(spans: Sequence[Span], hole: int = HOLE_BYTES) -> list[Span]:
         else:
             out.append([a, b])
     return [(a, b) for a, b in out]
+
+
+def one_open_batches(ranges: Sequence[tuple[int, int, int]], limit: int = ONE_OPEN_BYTES
+                     ) -> list[list[tuple[int, int, int]]]:
+    """`ranges` (`(file, start, stop)`, in order) cut into batches, each fetched through one open of its file:
+    consecutive ranges of one file, at most `limit` bytes together; a larger range is a batch of its own (a large
+    range arrives faster through an open of its own, a volume's bandwidth being per open file)."""
+    out: list[list[tuple[int, int, int]]] = []
+    held = 0
+    for r in ranges:
+        n = r[2] - r[1]
+        if out and out[-1][0][0] == r[0] and held + n <= limit:
+            out[-1].append(r)
+            held += n
+        else:
+            out.append([r])
+            held = n if n <= limit else limit + 1
+    return out
 
 
 def _under(path: str, names: set[str]) -> bool:

@@ -338,37 +338,58 @@ def _projections(manifest: Manifest, units: Sequence[RowGroup], columns: Sequenc
 
 def _read_ranges(manifest: Manifest, ranges: Sequence[Range], cache: Cache, *, fetch_threads: int, prefetch: int,
                  prefetch_bytes: int, local_root: str) -> Iterator[tuple[Range, CachedFile]]:
-    """(range, its copy) for each of `ranges`, in order, fetched through the node cache ahead of the consumer:
-    `local_path` holds the range's bytes from its offset 0 (past a full cache, `data` does)."""
+    """(range, its copy) for each of `ranges`, in order, fetched through the node cache ahead of the consumer, small
+    ranges of one file through one open (`column_chunks.one_open_batches`): `local_path` holds the range's bytes
+    from its offset 0 (past a full cache, `data` does)."""
 
-    def fetch(r: Range) -> tuple[Range, CachedFile]:
-        return r, _fetch_range(manifest, cache, r, local_root)
+    def fetch(batch: list[Range]) -> list[tuple[Range, CachedFile]]:
+        return list(zip(batch, _fetch_ranges(manifest, cache, batch, local_root)))
 
-    def hit(r: Range) -> tuple[Range, CachedFile] | None:
-        k, start, stop = r
-        size = int(manifest.sizes[k])
-        span = None if (start, stop) == (0, size) else (start, stop)
-        entry = cache.lookup(manifest.volume_path(k), size, int(manifest.mtimes[k]), span)
-        return None if entry is None else (r, CachedFile(manifest.volume_path(k), entry, stop - start, k))
+    def hit(batch: list[Range]) -> list[tuple[Range, CachedFile]] | None:
+        out = []
+        for r in batch:
+            k, start, stop = r
+            size = int(manifest.sizes[k])
+            span = None if (start, stop) == (0, size) else (start, stop)
+            entry = cache.lookup(manifest.volume_path(k), size, int(manifest.mtimes[k]), span)
+            if entry is None:
+                return None
+            out.append((r, CachedFile(manifest.volume_path(k), entry, stop - start, k)))
+        return out
 
-    return ordered_map(fetch, ((r, r[2] - r[1]) for r in ranges), threads=fetch_threads, max_ahead=prefetch,
-                       max_bytes=prefetch_bytes, quick=hit)
+    batches = column_chunks.one_open_batches(ranges)
+    for fetched in ordered_map(fetch, ((b, sum(r[2] - r[1] for r in b)) for b in batches), threads=fetch_threads,
+                               max_ahead=prefetch, max_bytes=prefetch_bytes, quick=hit):
+        yield from fetched
 
 
 def _fetch_range(manifest: Manifest, cache: Cache, r: Range, local_root: str | None) -> CachedFile:
-    k, start, stop = r
+    return _fetch_ranges(manifest, cache, [r], local_root)[0]
+
+
+def _fetch_ranges(manifest: Manifest, cache: Cache, ranges: Sequence[Range], local_root: str | None
+                  ) -> list[CachedFile]:
+    """Copies of `ranges`, all of one file, through the node cache (small ones through one open of the file held
+    for the next call, `Cache.get_spans`); a range the full cache did not admit is read into memory."""
+    k = ranges[0][0]
     size, mtime = int(manifest.sizes[k]), int(manifest.mtimes[k])
     vpath = manifest.volume_path(k)
     src = f"{local_root or volume.parse(manifest.root).local}/{manifest.paths[k]}"
-    span = None if (start, stop) == (0, size) else (start, stop)
+    spans = [None if (start, stop) == (0, size) else (start, stop) for _, start, stop in ranges]
 
-    def once() -> CachedFile:
-        entry = cache.get(src, vpath, size, mtime, span)
-        if entry is not None:
-            return CachedFile(vpath, entry, stop - start, k)
-        return CachedFile(vpath, src, stop - start, k, cached=False, data=read_bytes(src, vpath, size, mtime, span))
+    def once() -> list[CachedFile]:
+        if sum(stop - start for _, start, stop in ranges) <= column_chunks.ONE_OPEN_BYTES:
+            entries = cache.get_spans(src, vpath, size, mtime, spans)
+        else:  # a large range (a file), through opens of its own: a volume's bandwidth is per open file
+            entries = [cache.get(src, vpath, size, mtime, span) for span in spans]
+        return [CachedFile(vpath, entry, stop - start, k) if entry is not None else
+                CachedFile(vpath, src, stop - start, k, cached=False, data=read_bytes(src, vpath, size, mtime, span))
+                for entry, span, (_, start, stop) in zip(entries, spans, ranges)]
 
-    return retrying(once, vpath if span is None else f"{vpath} (bytes {start}-{stop})")
+    _, start, stop = ranges[0]
+    what = vpath if spans == [None] else f"{vpath} (bytes {start}-{stop}" + \
+        (f" and {len(ranges) - 1} more ranges)" if len(ranges) > 1 else ")")
+    return retrying(once, what)
 
 
 def _footer(manifest: Manifest, cache: Cache, tail: CachedFile, local_root: str | None) -> pq.FileMetaData:
