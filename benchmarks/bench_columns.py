@@ -90,6 +90,11 @@ def measure_hf(args) -> dict:
     import torch  # noqa: F401  (a training script has it imported; a streaming load_dataset imports it)
 
     import air_hf  # noqa: F401  (registers uc-volume, imported at the top of a script: not timed)
+    try:
+        from air_core.io.held_open import close_idle
+    except ImportError:  # a --before tree's code, which holds no file open
+        def close_idle() -> None:
+            pass
 
     columns = None if args.system.startswith("uc-volume-all") else ["text"]
     out = {"system": args.system, "case": args.case}
@@ -110,6 +115,8 @@ def measure_hf(args) -> dict:
             rows += 1
             ids += int(row["text"].split(" ", 1)[0])
         dt = time.perf_counter() - t
+        # netvol traces a file's bytes when it is closed: close what our reader holds open for its next read.
+        close_idle()
         nbytes, n_opens = trace_bytes()
         out.update({f"{name}_s": round(dt, 3), f"{name}_rows": rows, f"{name}_id_sum": ids,
                     f"{name}_rows_s": round(rows / dt), f"{name}_bytes": nbytes - before,

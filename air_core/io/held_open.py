@@ -75,6 +75,13 @@ def held_open(source: str, volume_path: str, size: int, mtime_ns: int) -> Iterat
                 os.close(_held.pop(k)[0])
 
 
+def close_idle() -> None:
+    """Close the files held open that no read is using (a process done reading gives its descriptors back)."""
+    with _lock:
+        for k in [k for k, (_, users) in _held.items() if not users]:
+            os.close(_held.pop(k)[0])
+
+
 def _forked() -> None:
     global _lock
     _lock = threading.Lock()  # a thread of the parent may have held it at the fork
@@ -83,4 +90,4 @@ def _forked() -> None:
 os.register_at_fork(after_in_child=_forked)
 
 
-__all__ = ["HELD", "check_version", "held_open", "open_version"]
+__all__ = ["HELD", "check_version", "close_idle", "held_open", "open_version"]
