@@ -385,7 +385,7 @@ class Cache:
         return entry if won or self._fault(entry, length) is None else None
 
     def _copy_counted(self, source: str, volume_path: str, size: int, mtime_ns: int, span: Span | None, fd: int,
-                      copy: str, entry: str, opened: int | None = None) -> bool:
+                      copy: str, entry: str, opened: int | None) -> bool:
         """Copy into `fd` (named `copy`), its bytes reserved already; count them as held, then publish it (see
         `_publish`). True if it became the entry; else (it came second) its bytes are taken off the ledger
         again, as they are given back if the copy fails.

@@ -70,16 +70,21 @@ def held_open(source: str, volume_path: str, size: int, mtime_ns: int) -> Iterat
     finally:
         with _lock:
             entry[1] -= 1
-            idle = [k for k, (_, users) in _held.items() if not users]
-            for k in idle[:max(0, len(_held) - HELD)]:
-                os.close(_held.pop(k)[0])
+            _close_idle(keep=HELD)
 
 
 def close_idle() -> None:
     """Close the files held open that no read is using (a process done reading gives its descriptors back)."""
     with _lock:
-        for k in [k for k, (_, users) in _held.items() if not users]:
-            os.close(_held.pop(k)[0])
+        _close_idle(keep=0)
+
+
+def _close_idle(*, keep: int) -> None:
+    """Close the least recently used idle files until at most `keep` files are held (those in use stay open).
+    The caller holds `_lock`."""
+    idle = [k for k, (_, users) in _held.items() if not users]
+    for k in idle[:max(0, len(_held) - keep)]:
+        os.close(_held.pop(k)[0])
 
 
 def _forked() -> None:

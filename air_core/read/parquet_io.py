@@ -238,8 +238,7 @@ def read_units(
         if unit.file in ranged or unit in chunked:
             if unit.file not in footers:
                 footers[unit.file] = _footer(manifest, cache, ready[rs[0]], local_root)
-            table = _read_ranged(manifest, unit, footers[unit.file],
-                                 [(r[1], ready[r]) for r in rs], cols,
+            table = _read_ranged(manifest, unit, footers[unit.file], [(r[1], ready[r]) for r in rs], cols,
                                  local_root)
         else:
             pf = open_files.get(unit.file)
@@ -350,8 +349,7 @@ def _read_ranges(manifest: Manifest, ranges: Sequence[Range], cache: Cache, *, f
         for r in batch:
             k, start, stop = r
             size = int(manifest.sizes[k])
-            span = None if (start, stop) == (0, size) else (start, stop)
-            entry = cache.lookup(manifest.volume_path(k), size, int(manifest.mtimes[k]), span)
+            entry = cache.lookup(manifest.volume_path(k), size, int(manifest.mtimes[k]), _span(r, size))
             if entry is None:
                 return None
             out.append((r, CachedFile(manifest.volume_path(k), entry, stop - start, k)))
@@ -361,6 +359,11 @@ def _read_ranges(manifest: Manifest, ranges: Sequence[Range], cache: Cache, *, f
     for fetched in ordered_map(fetch, ((b, sum(r[2] - r[1] for r in b)) for b in batches), threads=fetch_threads,
                                max_ahead=prefetch, max_bytes=prefetch_bytes, quick=hit):
         yield from fetched
+
+
+def _span(r: Range, size: int) -> tuple[int, int] | None:
+    """A range's span in the node cache's terms: None for the whole file."""
+    return None if (r[1], r[2]) == (0, size) else (r[1], r[2])
 
 
 def _fetch_range(manifest: Manifest, cache: Cache, r: Range, local_root: str | None) -> CachedFile:
@@ -375,7 +378,7 @@ def _fetch_ranges(manifest: Manifest, cache: Cache, ranges: Sequence[Range], loc
     size, mtime = int(manifest.sizes[k]), int(manifest.mtimes[k])
     vpath = manifest.volume_path(k)
     src = f"{local_root or volume.parse(manifest.root).local}/{manifest.paths[k]}"
-    spans = [None if (start, stop) == (0, size) else (start, stop) for _, start, stop in ranges]
+    spans = [_span(r, size) for r in ranges]
 
     def once() -> list[CachedFile]:
         if sum(stop - start for _, start, stop in ranges) <= column_chunks.ONE_OPEN_BYTES:
