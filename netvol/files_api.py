@@ -91,7 +91,8 @@ class FilesApiServer:
     `WorkspaceClient(host=..., token=...)` takes; `trace` holds a `Request`
     per answered request (`clear_trace()` empties it); `peak_unanswered` is
     the most requests that waited for their answer at once, what a client's
-    bound on its requests in flight keeps down.
+    bound on its requests in flight keeps down; `connections` counts the
+    connections clients opened (a client that reuses them opens few).
     """
 
     def __init__(self, root: str | os.PathLike, *, token: str = "dapi-test", page_size: int = MAX_PAGE) -> None:
@@ -101,6 +102,7 @@ class FilesApiServer:
         self.faults = Faults()
         self.trace: list[Request] = []
         self.peak_unanswered = 0
+        self.connections = 0
         self._unanswered = 0
         self._trace_lock = threading.Lock()
         self._httpd: ThreadingHTTPServer | None = None
@@ -161,9 +163,17 @@ class FilesApiServer:
 class _Handler(BaseHTTPRequestHandler):
     owner: FilesApiServer
     protocol_version = "HTTP/1.1"  # keep-alive: a client's pool reuses connections, as against the service
+    # Headers and body go out in separate writes: with Nagle's algorithm on, the body's last segment waits for
+    # the client's delayed ACK of the headers (40 ms on Linux), an answer time the service does not have.
+    disable_nagle_algorithm = True
 
     def log_message(self, *args) -> None:
         pass
+
+    def setup(self) -> None:
+        super().setup()
+        with self.owner._trace_lock:
+            self.owner.connections += 1
 
     def do_GET(self) -> None:
         self._serve("GET")
