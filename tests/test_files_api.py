@@ -239,7 +239,8 @@ def test_parquet_footers_by_range_and_rows(files_api):
 def test_429_and_503_bursts_wait_for_retry_after(files_api):
     v, s = files_api, files_api.server
     v.files("imgs", 6)
-    s.faults.count, s.faults.status, s.faults.retry_after = 4, 429, 0.2
+    # The files' reads, one at a time: the probes of the folder (is it a pack?) run at once.
+    s.faults.match, s.faults.count, s.faults.status, s.faults.retry_after = ".bin", 4, 429, 0.2
     begun = time.monotonic()
     assert len(list(air_core.FileStream(v.path("imgs"), fetch_threads=1))) == 6
     assert time.monotonic() - begun >= 4 * 0.2  # each refusal waited at least its Retry-After
@@ -258,6 +259,24 @@ def test_requests_in_flight_are_bounded(files_api, monkeypatch):
     s.faults.latency_s = 0.05
     assert len(list(air_core.FileStream(v.path("imgs"), fetch_threads=32))) == 40
     assert 1 < s.peak_unanswered <= 4
+
+
+def test_connections_are_reused(files_api):
+    v, s = files_api, files_api.server
+    v.files("imgs", 60)
+    assert len(list(air_core.FileStream(v.path("imgs"), fetch_threads=4))) == 60
+    # A connection per thread that ever ran at once (the listing's, the fetches'), not one per request.
+    assert len(s.trace) > 60 and s.connections <= 20
+
+
+def test_the_proxy_the_environment_names_is_used(files_api, monkeypatch):
+    v, s = files_api, files_api.server
+    v.files("imgs", 3)
+    # A host that resolves nowhere: only through the proxy (the server, which answers any host) is it reached.
+    monkeypatch.setenv("DATABRICKS_HOST", "http://workspace.invalid")
+    monkeypatch.setenv("HTTP_PROXY", s.host)
+    monkeypatch.setenv("NO_PROXY", "")
+    assert len(list(air_core.FileStream(v.path("imgs")))) == 3
 
 
 def test_credentials_refused_name_host_and_credential(files_api, monkeypatch):

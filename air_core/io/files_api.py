@@ -8,9 +8,15 @@ and `Last-Modified`), `GET` with `Range` (bytes), `PUT ?overwrite=true`
 `databricks-sdk`'s (`databricks.sdk.core.Config`, what `WorkspaceClient()`
 uses: `DATABRICKS_HOST` + `DATABRICKS_TOKEN`, profiles, OAuth): each request
 carries the headers its `authenticate()` gives. The requests themselves go
-through a `requests` session of this module's: the SDK's `files.download`
-takes no range, and its API client retries for minutes on a pool of 20
+through a `urllib3` pool of this module's: the SDK's `files.download` takes
+no range, and its API client retries for minutes on a pool of 20
 connections, where a fetch pool of 64 threads wants 64 and its own retries.
+Not through `requests` either: on 2 cores a first epoch of small files is
+bound by the client's CPU per request, which `requests` doubles (it reads
+the proxy settings from the environment on every request, among others).
+The environment is read once, when the client is made, as `requests` reads
+it: `HTTPS_PROXY` / `HTTP_PROXY` / `NO_PROXY`, and `REQUESTS_CA_BUNDLE` /
+`CURL_CA_BUNDLE` for the certificates to trust (else certifi's).
 
 A remote service fails in its own ways, each handled here: `429` and `503`
 wait for `Retry-After` (jittered; exponential backoff without one), no more
@@ -26,10 +32,12 @@ from __future__ import annotations
 
 import email.utils
 import errno
+import os
 import random
 import threading
 import time
 import urllib.parse
+import urllib.request
 from typing import BinaryIO, Callable
 
 from ..errors import AuthError, FetchError
@@ -59,15 +67,12 @@ class FilesApi:
     """
 
     def __init__(self, config=None) -> None:
-        import requests
         from databricks.sdk.core import Config
 
         self.config = config if config is not None else Config()
         self.host = self.config.host.rstrip("/")
-        self._session = requests.Session()
-        adapter = requests.adapters.HTTPAdapter(pool_connections=1, pool_maxsize=MAX_IN_FLIGHT)
-        self._session.mount("https://", adapter)
-        self._session.mount("http://", adapter)
+        self._connections = _connections(self.host, MAX_IN_FLIGHT)
+        self._agent = self.config.user_agent
         self._slots = threading.BoundedSemaphore(MAX_IN_FLIGHT)  # one process's share of the service
 
     def credential(self) -> str:
@@ -169,19 +174,19 @@ class FilesApi:
                 done: threading.Event | None) -> None:
         """One ranged GET from `at`, its body given to `write` until `stop`; `ConnectionResetError` if it
         ends short."""
-        import requests
-
         with self._slots:  # the body's transfer counts as in flight too
             r = self._request("GET", FILES, path, headers=headers, stream=True, slotted=True)
+            whole = True  # the body read to its end: the connection goes back to the pool, else it is closed
             try:
-                whole = r.headers.get("Content-Range", "").rpartition("/")[2]
-                total = int(whole) if whole.isdigit() else int(r.headers.get("Content-Length", -1))
-                skip = at if r.status_code == 200 else 0  # a server that ignored the range: skip to `at`
+                ranged = r.headers.get("Content-Range", "").rpartition("/")[2]
+                total = int(ranged) if ranged.isdigit() else int(r.headers.get("Content-Length", -1))
+                skip = at if r.status == 200 else 0  # a server that ignored the range: skip to `at`
                 if total != size:
+                    whole = False
                     raise FetchError(0, f"{path} changed after it was listed (size {size} -> {total}); list again "
                                         "(make a new stream) to read the new version")
                 # read1: what has arrived, so a connection cut mid-body loses none of the bytes it brought
-                while chunk := r.raw.read1(_CHUNK, decode_content=False):
+                while chunk := r.read1(_CHUNK, decode_content=False):
                     view = memoryview(chunk)
                     if skip:
                         view, skip = view[skip:], max(0, skip - len(view))
@@ -189,73 +194,82 @@ class FilesApi:
                     if view:
                         write(view, at)
                         at += len(view)
-                    if at >= stop or (done and done.is_set()):
+                    if (at >= stop and r.length_remaining != 0) or (done and done.is_set()):
+                        whole = False
                         break
-            except (requests.RequestException, *_protocol_errors()) as e:
+            except _transport_errors() as e:
+                whole = False
                 if at >= stop:
                     return
                 raise ConnectionResetError(errno.ECONNRESET, f"{path}: the body stopped at byte {at}: {e}") from e
             finally:
-                r.close()
+                if not whole:
+                    r.close()
+                r.release_conn()
         if at < stop and not (done and done.is_set()):  # a body shorter than asked, yet closed cleanly
             raise ConnectionResetError(errno.ECONNRESET, f"{path}: the body stopped at byte {at} of {stop}")
 
     def _request(self, method: str, endpoint: str, path: str, *, params: dict | None = None,
-                 headers: dict | None = None, data: bytes | None = None, stream: bool = False,
+                 headers: dict | None = None, data: bytes | BinaryIO | None = None, stream: bool = False,
                  slotted: bool = False):
-        """One request, retried on 429 / 5xx (honouring `Retry-After`) and on connection errors."""
-        import requests
-
+        """One request, retried on 429 / 5xx (honouring `Retry-After`) and on connection errors; its response
+        (`urllib3.BaseHTTPResponse`), its body unread if `stream`, else read and its connection given back."""
         url = f"{self.host}{endpoint}{urllib.parse.quote(path)}"
+        if params:
+            url += "?" + urllib.parse.urlencode(params)
+        headers = {"User-Agent": self._agent, **(headers or {})}
+        if hasattr(data, "fileno"):  # sent as it is read, with its length (not chunked)
+            headers["Content-Length"] = str(os.fstat(data.fileno()).st_size)
         for attempt in range(ATTEMPTS):
             wait = None
             if hasattr(data, "seek"):  # a body sent again is sent whole
                 data.seek(0)
             try:
                 if slotted:
-                    r = self._send(method, url, params, headers, data, stream)
+                    r = self._send(method, url, headers, data, stream)
                 else:
                     with self._slots:
-                        r = self._send(method, url, params, headers, data, stream)
-            except requests.RequestException as e:
+                        r = self._send(method, url, headers, data, stream)
+            except _transport_errors() as e:
                 if attempt == ATTEMPTS - 1:
                     raise OSError(errno.EIO, f"{method} {path} on {self.host}: {e}") from e
             else:
-                if r.status_code < 300:
+                if r.status < 300:
                     return r
-                r.close()
-                if r.status_code not in _RETRIED or attempt == ATTEMPTS - 1:
-                    raise self._error(method, path, r)
+                said = _message(r)  # its body read whole (a line of JSON): the connection can go back
+                r.release_conn()
+                if r.status not in _RETRIED or attempt == ATTEMPTS - 1:
+                    raise self._error(method, path, r.status, said)
                 wait = _retry_after(r.headers.get("Retry-After"))
             backoff = min(_MAX_BACKOFF_S, _BACKOFF_S * 2**attempt)
             # Jitter: requests refused together, in one burst, must not all come back together.
             time.sleep(random.uniform(wait, 1.5 * wait) if wait is not None else random.uniform(0, backoff))
         raise AssertionError("unreachable")
 
-    def _send(self, method, url, params, headers, data, stream):
-        return self._session.request(method, url, params=params, data=data, stream=stream, timeout=_TIMEOUT_S,
-                                     headers={**self.config.authenticate(), **(headers or {})})
+    def _send(self, method: str, url: str, headers: dict, data, stream: bool):
+        return self._connections.urlopen(method, url, body=data, headers={**self.config.authenticate(), **headers},
+                                         preload_content=not stream, retries=False, redirect=False,
+                                         timeout=_TIMEOUT_S)
 
-    def _error(self, method: str, path: str, r) -> Exception:
-        said = _message(r)
-        if r.status_code == 404:
+    def _error(self, method: str, path: str, status: int, said: str) -> Exception:
+        if status == 404:
             return FileNotFoundError(errno.ENOENT, f"{path} does not exist")
-        if r.status_code == 401:
+        if status == 401:
             return AuthError(f"{self.host} did not accept the credentials of this process for {method} {path} "
                              f"(401: {said}): check {self.credential()}, or configure another one the way "
                              "databricks-sdk's WorkspaceClient() takes it (DATABRICKS_HOST + DATABRICKS_TOKEN, "
                              "a profile, OAuth)")
-        if r.status_code == 403:
+        if status == 403:
             return AuthError(f"{self.host} refused {method} {path} (403: {said}): {self.credential()} is not valid "
                              "there, or its principal lacks the volume's READ VOLUME (WRITE VOLUME for writes) "
                              "privilege")
-        if r.status_code == 412:
+        if status == 412:
             return FetchError(0, f"{path} changed after it was listed (modified since); list again "
                                  "(make a new stream) to read the new version")
-        if r.status_code in _RETRIED:
-            return OSError(errno.EIO, f"{method} {path} on {self.host}: {r.status_code} {said} after {ATTEMPTS} "
+        if status in _RETRIED:
+            return OSError(errno.EIO, f"{method} {path} on {self.host}: {status} {said} after {ATTEMPTS} "
                                       "attempts")
-        return FetchError(errno.EIO, f"{method} {path} on {self.host}: {r.status_code} {said}")
+        return FetchError(errno.EIO, f"{method} {path} on {self.host}: {status} {said}")
 
 
 class RemoteFile(RangeFile):
@@ -291,11 +305,27 @@ class RemoteFile(RangeFile):
 
 
 def _message(r) -> str:
+    """What an error response says (its body read whole)."""
     try:
         body = r.json()
         return f"{body.get('error_code', '')} {body.get('message', '')}".strip() or r.reason
-    except ValueError:
-        return r.reason or str(r.status_code)
+    except (ValueError, AttributeError, *_transport_errors()):  # not JSON, not an object, or cut short
+        return r.reason or str(r.status)
+
+
+def _connections(host: str, size: int):
+    """A pool of up to `size` connections to `host`, through the proxy that the environment names for it, if any,
+    trusting the certificates that `requests` would (read now, once: `requests` reads them on every request)."""
+    import certifi
+    import urllib3
+
+    trusted = os.environ.get("REQUESTS_CA_BUNDLE") or os.environ.get("CURL_CA_BUNDLE") or certifi.where()
+    options = {"maxsize": size, "ca_certs": trusted}
+    hostname = urllib.parse.urlsplit(host).hostname or ""
+    proxy = urllib.request.getproxies().get(urllib.parse.urlsplit(host).scheme)
+    if proxy and not urllib.request.proxy_bypass(hostname):
+        return urllib3.ProxyManager(proxy, **options)
+    return urllib3.PoolManager(**options)
 
 
 def _retry_after(value: str | None) -> float | None:
@@ -325,7 +355,8 @@ def _mtime_ns(value: str | None) -> int:
     return int(when.timestamp()) * 10**9 if when else 0
 
 
-def _protocol_errors() -> tuple[type[BaseException], ...]:
+def _transport_errors() -> tuple[type[BaseException], ...]:
+    """What a request that got no complete answer raises: a connection refused, reset or timed out, a body cut."""
     import urllib3
 
     return (urllib3.exceptions.HTTPError, ConnectionError)
