@@ -24,6 +24,7 @@ import copy
 import glob
 import os
 import posixpath
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Literal, Mapping, Sequence, TypeVar
 
 import numpy as np
@@ -295,10 +296,16 @@ def _published(folder: volume.VolumePath, mode: str) -> tuple[volume.VolumePath,
     mode="parquet" as its current generation's shards."""
     from .delta.publication import current_export
 
-    export = current_export(folder)
+    # Each probe is a round trip to the volume (a stat, or a HEAD over the Files API) and most folders are neither:
+    # whether the folder itself is a pack is asked beside whether it is an export's destination, not after it.
+    with ThreadPoolExecutor(1, thread_name_prefix="air-probe") as pool:
+        packed_here = pool.submit(pack_store.pack_folder, folder)
+        export = current_export(folder)
+        if export is None:
+            packed = packed_here.result()
     if export is not None:
         folder = volume.parse(export)
-    packed = pack_store.pack_folder(folder)
+        packed = pack_store.pack_folder(folder)
     if packed is not None and mode in ("auto", "files", "pack"):
         return folder, packed
     if packed is not None and mode == "parquet":

@@ -46,7 +46,7 @@ import numpy as np
 from tqdm import tqdm
 
 from . import transport, volume
-from ..errors import AirError, EmptyVolumeError
+from ..errors import AirError, EmptyVolumeError, FetchError
 from ..manifest import Manifest
 
 LIST_THREADS = 32
@@ -116,15 +116,21 @@ def list_records(
 
 def _listed(path: str | volume.VolumePath, selection: Selection) -> Manifest:
     vp = volume.parse(path)
-    volume.require_dir(vp)
     api = transport.remote(vp.local)
+    if api is None:
+        volume.require_dir(vp)
     top = vp.local if api is not None else os.path.realpath(vp.local)
     walk = _Walk(vp, selection, {top})
     # Over the Files API a folder costs a request, not the lister's CPU: threads alone keep up.
     processes = 1 if api is not None else min(_cores(), MAX_PROCESSES)
     with tqdm(desc=f"listing {vp.path}", unit=" files", delay=PROGRESS_AFTER_SECONDS, leave=False) as bar:
-        left = walk.run([(vp.local, "", top, False)], LIST_THREADS, bar,
-                        until=time.monotonic() + HAND_OFF_SECONDS if processes > 1 else None)
+        try:
+            left = walk.run([(vp.local, "", top, False)], LIST_THREADS, bar,
+                            until=time.monotonic() + HAND_OFF_SECONDS if processes > 1 else None)
+        except (FileNotFoundError, FetchError):
+            if api is not None:  # over the Files API a folder is found by listing it, a round trip saved
+                volume.require_dir(vp)  # what is there instead, in words
+            raise
         handed = _in_processes(walk, left, processes, bar) if left else []
         if handed is None:  # no process can be started here: the rest in this one
             walk.run(left, LIST_THREADS, bar)

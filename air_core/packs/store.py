@@ -41,6 +41,7 @@ import os
 import secrets
 import shutil
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from ..errors import VolumePathError
@@ -121,9 +122,11 @@ def pack_folder(path: str | volume.VolumePath) -> str | None:
             missing generation.
     """
     vp = volume.parse(path)
-    if transport.is_file(os.path.join(vp.local, MARKER)):
-        return vp.path
-    pointer = read_pointer(vp)
+    with ThreadPoolExecutor(1, thread_name_prefix="air-probe") as pool:  # two round trips at once
+        pointer_read = pool.submit(read_pointer, vp)
+        if transport.is_file(os.path.join(vp.local, MARKER)):
+            return vp.path
+        pointer = pointer_read.result()
     if pointer is None:
         return None
     folder = f"{vp.path}/{pointer['generation']}"
