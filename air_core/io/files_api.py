@@ -38,7 +38,7 @@ import threading
 import time
 import urllib.parse
 import urllib.request
-from typing import BinaryIO, Callable
+from typing import Any, BinaryIO, Callable
 
 from ..errors import AuthError, FetchError
 from .ranges import RangeFile
@@ -71,7 +71,7 @@ class FilesApi:
 
         self.config = config if config is not None else Config()
         self.host = self.config.host.rstrip("/")
-        self._connections = _connections(self.host, MAX_IN_FLIGHT)
+        self._urlopen = _connections(self.host, MAX_IN_FLIGHT)
         self._agent = self.config.user_agent
         self._slots = threading.BoundedSemaphore(MAX_IN_FLIGHT)  # one process's share of the service
 
@@ -214,7 +214,7 @@ class FilesApi:
                  slotted: bool = False):
         """One request, retried on 429 / 5xx (honouring `Retry-After`) and on connection errors; its response
         (`urllib3.BaseHTTPResponse`), its body unread if `stream`, else read and its connection given back."""
-        url = f"{self.host}{endpoint}{urllib.parse.quote(path)}"
+        url = f"{endpoint}{urllib.parse.quote(path)}"
         if params:
             url += "?" + urllib.parse.urlencode(params)
         headers = {"User-Agent": self._agent, **(headers or {})}
@@ -247,9 +247,8 @@ class FilesApi:
         raise AssertionError("unreachable")
 
     def _send(self, method: str, url: str, headers: dict, data, stream: bool):
-        return self._connections.urlopen(method, url, body=data, headers={**self.config.authenticate(), **headers},
-                                         preload_content=not stream, retries=False, redirect=False,
-                                         timeout=_TIMEOUT_S)
+        return self._urlopen(method, url, body=data, headers={**self.config.authenticate(), **headers},
+                             preload_content=not stream, retries=False, redirect=False, timeout=_TIMEOUT_S)
 
     def _error(self, method: str, path: str, status: int, said: str) -> Exception:
         if status == 404:
@@ -313,19 +312,22 @@ def _message(r) -> str:
         return r.reason or str(r.status)
 
 
-def _connections(host: str, size: int):
-    """A pool of up to `size` connections to `host`, through the proxy that the environment names for it, if any,
-    trusting the certificates that `requests` would (read now, once: `requests` reads them on every request)."""
+def _connections(host: str, size: int) -> Callable[..., Any]:
+    """`urlopen(method, target, ...)` of a pool of up to `size` connections to `host` (`target`: a path on it),
+    through the proxy that the environment names for it, if any, trusting the certificates that `requests` would
+    (read now, once: `requests` reads them on every request)."""
     import certifi
     import urllib3
 
     trusted = os.environ.get("REQUESTS_CA_BUNDLE") or os.environ.get("CURL_CA_BUNDLE") or certifi.where()
     options = {"maxsize": size, "ca_certs": trusted}
-    hostname = urllib.parse.urlsplit(host).hostname or ""
-    proxy = urllib.request.getproxies().get(urllib.parse.urlsplit(host).scheme)
-    if proxy and not urllib.request.proxy_bypass(hostname):
-        return urllib3.ProxyManager(proxy, **options)
-    return urllib3.PoolManager(**options)
+    where = urllib.parse.urlsplit(host)
+    proxy = urllib.request.getproxies().get(where.scheme)
+    if proxy and not urllib.request.proxy_bypass(where.hostname or ""):
+        proxied = urllib3.ProxyManager(proxy, **options)  # an http:// host is asked by its whole URL there
+        return lambda method, target, **kw: proxied.urlopen(method, host + target, **kw)
+    # The host's own pool, asked by path: a manager would parse each URL again to find it.
+    return urllib3.PoolManager(**options).connection_from_url(host).urlopen
 
 
 def _retry_after(value: str | None) -> float | None:
