@@ -283,9 +283,11 @@ def test_verify_fetches_again_a_copy_whose_bytes_changed_under_the_same_length(v
     small, large = os.urandom(1500), os.urandom(LONG)  # the large file is copied in ranges, each hashed apart
     volume.write("d/small.bin", small)
     volume.write("d/large.bin", large)
-    list(FileStream(volume.path("d"), verify=True))  # copies that record their checksums
+    list(FileStream(volume.path("d")))  # default options: a copy by sendfile and one by ranges, each with its checksum
+    assert Cache().check().unchecked == 0
     for i, p in enumerate(copies(os.environ["AIR_CACHE_DIR"])):
         flip_a_byte(p, at=1234 * i)
+    assert len(Cache().check().damaged) == 2
     assert sorted(f.read_bytes() for f in FileStream(volume.path("d"))) != sorted([small, large])  # lengths only
     stream = FileStream(volume.path("d"), verify=True)
     assert sorted(f.read_bytes() for f in stream) == sorted([small, large])
@@ -296,7 +298,10 @@ def test_verify_fetches_again_a_copy_whose_bytes_changed_under_the_same_length(v
 
 def test_verify_fetches_again_once_a_copy_made_without_a_checksum(volume):
     volume.files("d", 4)
-    list(FileStream(volume.path("d")))  # sendfile copies, no checksum recorded
+    list(FileStream(volume.path("d")))
+    for p in copies(os.environ["AIR_CACHE_DIR"]):
+        os.removexattr(p, "user.air.xxh3")  # as an earlier version left its copies
+    assert Cache().check().unchecked == 4
     stream = FileStream(volume.path("d"), verify=True)
     assert len(list(stream)) == 4 and stream.cache.stats.misses == 4 and stream.cache.stats.damaged == 0
     again = FileStream(volume.path("d"), verify=True)

@@ -102,7 +102,6 @@ log = logging.getLogger("air_core")
 
 CACHE_DIR_ENV = "AIR_CACHE_DIR"
 IN_USE_SECONDS = 3600
-_CHUNK = 1 << 20
 _COPY_CHUNK = 256 << 10  # per fetch thread: 64 threads hold 16 MiB
 _buffers = threading.local()
 _RANGE = 16 << 20
@@ -119,7 +118,7 @@ _ATIME_REFRESH_NS = 60 * 10**9
 _SHARDS, _NAME_CHARS = 16, 31
 _CHECKSUM_ATTR = "user.air.xxh3"  # b"<length> <hex digest>"; see `_digest`
 _ABSENT = "absent"
-_UNCHECKED = "has no checksum to check its bytes against"  # copied without `verify`: fetched again, with one
+_UNCHECKED = "has no checksum to check its bytes against"  # copied by an older version: fetched again, with one
 
 Span = tuple[int, int]  # [start, stop) bytes of a file
 
@@ -395,7 +394,7 @@ class Cache:
         """
         length = _length(size, span)
         try:
-            _record(fd, length, copy_into(source, volume_path, size, mtime_ns, fd, span, checksum=self.verify,
+            _record(fd, length, copy_into(source, volume_path, size, mtime_ns, fd, span, checksum=True,
                                           remote=transport.remote(source), opened=opened))
         except BaseException:
             self._ledger.release(length)
@@ -677,7 +676,7 @@ def _claimed(entry: str) -> Iterator[tuple[int, str]]:
     """
     part = os.path.join(os.path.dirname(entry), "." + os.path.basename(entry) + ".part")
     while True:
-        fd = lock_file(part, os.O_WRONLY | os.O_CREAT)
+        fd = lock_file(part, os.O_RDWR | os.O_CREAT)  # read too: the copy is hashed back
         if _inode(part) == os.fstat(fd).st_ino:
             break
         unlock_file(fd)
@@ -718,11 +717,14 @@ def copy_into(source: str, volume_path: str, size: int, mtime_ns: int, fd: int, 
               checksum: bool = False, remote: FilesApi | None = None, opened: int | None = None) -> int | None:
     """Copy `source` (or its bytes `span`) into the open file `fd` from offset 0, checking it is the listed version.
 
-    With `checksum`, returns the copy's checksum (`_digest`), computed from
-    the bytes as they pass through this process; without, a copy that fits
-    one range goes through `sendfile`, inside the kernel (no Python buffer,
-    few system calls: a cold pass of small files costs a third less CPU per
-    file), and returns None. A volume's bandwidth is per open file, so a copy over
+    With `checksum`, returns the copy's checksum (`_digest`), else None. A copy
+    that fits one range goes through `sendfile`, inside the kernel (no Python
+    buffer, few system calls: a cold pass of small files costs a third less
+    CPU per file than a copy through a buffer), and its checksum is then
+    hashed back from the page cache (a read and a hash of bytes just written:
+    ~40 us of a 150 KiB file, with the interpreter's lock let go for the
+    read); a copy by ranges, or over the Files API, hashes the bytes as they
+    pass through this process. A volume's bandwidth is per open file, so a copy over
     `_RANGE_FROM` bytes is made of `_RANGE`-byte ranges, up to
     `_RANGE_THREADS` at once, each through its own open: a single large file
     (a Parquet export) then arrives several times faster than one stream
@@ -752,13 +754,11 @@ def copy_into(source: str, volume_path: str, size: int, mtime_ns: int, fd: int, 
     else:
         src = open_version(source, volume_path, size, mtime_ns) if opened is None else opened
         try:
-            if checksum:
-                copied, blocks = _copy(src, fd, begin, end, begin)
-            else:
-                copied = send_range(src, fd, begin, end)  # at `fd`'s position: its start, the file being new
+            copied = send_range(src, fd, begin, end)  # at `fd`'s position: its start, the file being new
         finally:
             if opened is None:
                 os.close(src)
+        blocks = _blocks(fd, copied) if checksum else []
     if copied != end - begin:
         raise FetchError(0, f"{volume_path} changed while being read ({copied} of {end - begin} bytes)")
     return _digest(blocks) if checksum else None
@@ -858,20 +858,27 @@ def _digest(blocks: list[int]) -> int:
     return xxhash.xxh3_64_intdigest(b"".join(b.to_bytes(8, "big") for b in blocks))
 
 
-def _file_digest(fd: int, length: int) -> int:
-    """The checksum (`_digest`) of the first `length` bytes of the open file `fd` (fewer if it holds fewer)."""
+def _blocks(fd: int, length: int) -> list[int]:
+    """The xxh3-64 of each `_RANGE` bytes of the first `length` bytes of the open file `fd` (fewer if it holds
+    fewer), read through this thread's copy buffer."""
+    buffer = _copy_buffer()
     blocks, h = [], xxhash.xxh3_64()
     at = 0
     while at < length:
-        chunk = os.pread(fd, min(length - at, _CHUNK, _RANGE - at % _RANGE), at)
-        if not chunk:
+        n = os.preadv(fd, [buffer[:min(length - at, _COPY_CHUNK, _RANGE - at % _RANGE)]], at)
+        if not n:
             break
-        h.update(chunk)
-        at += len(chunk)
+        h.update(buffer[:n])
+        at += n
         if at % _RANGE == 0 or at == length:
             blocks.append(h.intdigest())
             h.reset()
-    return _digest(blocks)
+    return blocks
+
+
+def _file_digest(fd: int, length: int) -> int:
+    """The checksum (`_digest`) of the first `length` bytes of the open file `fd` (fewer if it holds fewer)."""
+    return _digest(_blocks(fd, length))
 
 
 def _checksum(length: int, digest: int) -> bytes:
@@ -971,7 +978,7 @@ def read_fd(fd: int, size: int) -> bytes:
 def _private_file(folder: str, name: str) -> tuple[int, str | None]:
     """A new 0600 file for writing in `folder`: unnamed where the file system allows, else hidden."""
     try:
-        return os.open(folder, os.O_TMPFILE | os.O_WRONLY, 0o600), None
+        return os.open(folder, os.O_TMPFILE | os.O_RDWR, 0o600), None
     except (AttributeError, OSError):  # no O_TMPFILE on this OS or file system
         fd, path = tempfile.mkstemp(dir=folder, prefix=f".{name}.", suffix=".hedge")
         return fd, path
