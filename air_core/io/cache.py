@@ -297,9 +297,13 @@ class Cache:
         descriptor of `source` open already (see `get_spans`), read from
         rather than opening it again.
         """
-        hit = self.lookup(volume_path, size, mtime_ns, span)
-        if hit is not None:
-            return hit
+        return self.lookup(volume_path, size, mtime_ns, span) or self.fetch(source, volume_path, size, mtime_ns, span,
+                                                                             opened=opened)
+
+    def fetch(self, source: str, volume_path: str, size: int, mtime_ns: int, span: Span | None = None, *,
+              opened: int | None = None) -> str | None:
+        """`get` for a caller whose `lookup` just missed: no second lookup (a `stat`) before the entry's lock is
+        taken, under which whether a sound copy has appeared meanwhile is checked anyway."""
         entry = self.entry_path(volume_path, size, mtime_ns, span)
         with self._lock:
             hedge = entry in self._fetching
@@ -990,13 +994,17 @@ def _publish(copy: str, entry: str) -> bool:
     A link, not a rename: a rename would replace the entry another fetcher just
     published (and that readers may hold), and count the file twice.
     """
-    folder = os.open(os.path.dirname(entry), os.O_RDONLY | os.O_DIRECTORY)
-    try:  # with a folder descriptor, os.link is linkat(AT_SYMLINK_FOLLOW): `copy` may be /proc/self/fd/N
-        os.link(copy, os.path.basename(entry), dst_dir_fd=folder, follow_symlinks=True)
+    try:
+        if copy.startswith("/proc/self/fd/"):  # an unnamed copy: linkat(AT_SYMLINK_FOLLOW), which a dir_fd makes
+            folder = os.open(os.path.dirname(entry), os.O_RDONLY | os.O_DIRECTORY)
+            try:
+                os.link(copy, os.path.basename(entry), dst_dir_fd=folder, follow_symlinks=True)
+            finally:
+                os.close(folder)
+        else:  # one system call, not three: each lets another fetch thread take the interpreter's lock
+            os.link(copy, entry)
     except FileExistsError:
         return False
-    finally:
-        os.close(folder)
     return True
 
 
