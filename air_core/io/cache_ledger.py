@@ -8,7 +8,11 @@ admit a copy, and a handle made without one (a reader inside the library,
 a later job) keeps to the cap recorded. A hit never reads the ledger.
 
 The ledger is one line, `<held> <reserved> <cap> <counting> <boot id>`,
-read and written whole under an exclusive `flock` of its file, `usage`.
+read and written whole under an exclusive `flock` of its file, `usage`,
+which each process opens once. A copy costs two changes of the ledger, and
+each system call is a turn of the interpreter's lock for a process's fetch
+threads: the changes its threads ask for at once are applied together, by
+whichever takes the next turn, under one lock, read and write of the file.
 Every change is a difference applied under that lock (a copy's bytes
 reserved, then held once it is published, or given back; a pruned copy's
 removed), so changes made at once by several processes all count.
@@ -43,15 +47,17 @@ disk holds, never less.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import threading
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator, TypeVar
 
 from .node_lock import lock_file, unlock_file
 
+T = TypeVar("T")
 _LINE = 128  # the ledger's line, padded: every write replaces the whole of the one before
 _SHARE = 20  # a process's file under reserved/: its reserved bytes, padded
 
@@ -74,6 +80,16 @@ class Usage:
 
 
 @dataclass
+class _Change:
+    """A change of a ledger's fields that one thread asked for, and its outcome once applied."""
+
+    apply: Callable[[Usage], Any]
+    done: bool = False
+    result: Any = None
+    error: BaseException | None = None
+
+
+@dataclass
 class _Share:
     fd: int
     nbytes: int = 0
@@ -81,7 +97,14 @@ class _Share:
 
 # This process's share of the reservations, per cache folder; changed only under the ledger's lock and `_turn`.
 _shares: dict[str, _Share] = {}
+# This process's descriptor of each ledger file, opened under `_turn`: a forked child opens its own (an `flock`
+# belongs to the open file, which a child shares with its parent).
+_ledgers: dict[str, int] = {}
 _turn = threading.Lock()
+# The changes this process's threads asked for, by ledger file, applied by the next thread to take `_lead`.
+_asked: dict[str, list[_Change]] = {}
+_asking = threading.Lock()
+_lead = threading.Lock()
 
 
 class Ledger:
@@ -95,18 +118,20 @@ class Ledger:
 
     def used(self) -> int:
         """Bytes held and reserved (the dead processes' reservations given back first)."""
-        with self._open() as u:
+        def used(u: Usage) -> int:
             self._reclaim(u)
             return u.held + u.reserved
 
+        return self._change(used)
+
     def cap(self) -> int | None:
         """The node cache's cap recorded; None if no capped handle recorded one."""
-        with self._open() as u:
-            return u.cap
+        return self._change(lambda u: u.cap)
 
     def reserve(self, nbytes: int, cap: int | None) -> bool:
         """Reserve `nbytes` for a copy, if they fit under `cap` (recorded as the node's), else under the node's."""
-        with self._open() as u:
+        def reserve(u: Usage) -> bool:
+            nonlocal cap
             if cap is None:
                 cap = u.cap
             else:
@@ -120,28 +145,36 @@ class Ledger:
                 return False
             u.reserved += nbytes
             self._share(nbytes)
-        return True
+            return True
+
+        return self._change(reserve)
 
     def commit(self, nbytes: int) -> None:
         """Count `nbytes` this process reserved as held: its copy is about to be published."""
-        with self._open() as u:
+        def commit(u: Usage) -> None:
             self._share(-nbytes)
             u.reserved = max(0, u.reserved - nbytes)
             u.held += nbytes
             if u.counting is not None:
                 u.counting += nbytes
 
+        self._change(commit)
+
     def release(self, nbytes: int) -> None:
         """Give back `nbytes` this process reserved for a copy that failed."""
-        with self._open() as u:
+        def release(u: Usage) -> None:
             self._share(-nbytes)
             u.reserved = max(0, u.reserved - nbytes)
 
+        self._change(release)
+
     def remove(self, nbytes: int) -> None:
         """Count `nbytes` less held: copies removed (pruned, damaged, or published second)."""
+        def remove(u: Usage) -> None:
+            u.held = max(0, u.held - nbytes)
+
         if nbytes:
-            with self._open() as u:
-                u.held = max(0, u.held - nbytes)
+            self._change(remove)
 
     @contextmanager
     def recount(self) -> Iterator[Callable[[int], None]]:
@@ -149,49 +182,88 @@ class Ledger:
         meanwhile (outside the ledger's lock); those of copies published during it are added to them."""
         counter = lock_file(self._counter)  # one count at a time: wait for one running
         try:
-            with self._open() as u:
+            with self._open([]) as u:
                 self._begin(u)
             yield self._end
         finally:
             unlock_file(counter)
 
-    @contextmanager
-    def _open(self) -> Iterator[Usage]:
-        """The ledger's fields, under its lock, written back on leaving; counted again first when they cannot be
-        trusted and no count is running (see the module's docstring): the lock is let go for the scan, and taken
-        again. This process's threads take turns for the lock, so at most one of them waits on it."""
+    def _change(self, apply: Callable[[Usage], T]) -> T:
+        """`apply(fields)` under the ledger's lock, its changes written; with those that this process's other threads
+        asked for meanwhile, which the first of them to take the lead applies, in the order asked, for all.
+
+        The call that finds the ledger to be counted again counts it first, outside the lead, and then applies
+        its change; the changes asked for meanwhile go on against the figure from before (see the module's
+        docstring)."""
+        mine = _Change(apply)
         while True:
-            with _turn:
-                fd = lock_file(self._file)
-                counter = None
-                try:
-                    u, trusted = _parse(os.pread(fd, _LINE, 0))
-                    if not trusted or u.counting is not None:
-                        counter = lock_file(self._counter, wait=False)  # None: a count is running
-                        if counter is not None or not trusted:
-                            self._begin(u)
-                    if counter is None:  # until a running count ends, the figure from before stands
-                        yield u
-                    _write(fd, u)
-                except BaseException:
-                    if counter is not None:
-                        unlock_file(counter)
-                    raise
-                finally:
-                    unlock_file(fd)
-            if counter is None:
-                return
+            with _asking:
+                _asked.setdefault(self._file, []).append(mine)
+            due: list[int] = []
+            with _lead:
+                if not mine.done:
+                    with _asking:
+                        batch = _asked.pop(self._file)
+                    try:
+                        with self._open(due) as u:
+                            for change in () if due else batch:
+                                try:
+                                    change.result = change.apply(u)
+                                except Exception as e:  # its asker's to raise; the others' changes stand
+                                    change.error = e
+                    except BaseException as e:
+                        for change in batch:
+                            change.error = change.error or e
+                    if due:  # a count begins: the others' changes to the next lead, this one's after the count
+                        with _asking:
+                            _asked[self._file] = [c for c in batch if c is not mine] + _asked.get(self._file, [])
+                    else:
+                        for change in batch:
+                            change.done = True
+            if not due:
+                break
             try:
                 self._end(self._scan())
             finally:
-                unlock_file(counter)
+                unlock_file(due[0])
+        if mine.error is not None:
+            raise mine.error
+        return mine.result
+
+    @contextmanager
+    def _open(self, due: list[int]) -> Iterator[Usage]:
+        """The ledger's fields, under its lock, written back on leaving. Where they cannot be trusted and no count
+        is running, a count begins: its lock is added to `due`, for the caller to scan once this lock is let go.
+        This process's threads take turns for the lock, so at most one of them waits on it."""
+        with _turn:
+            fd = _ledgers.get(self._file)
+            if fd is None:
+                fd = _ledgers[self._file] = os.open(self._file, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            try:
+                u, trusted = _parse(os.pread(fd, _LINE, 0))
+                if not trusted or u.counting is not None:
+                    counter = lock_file(self._counter, wait=False)  # None: a count is running
+                    if counter is not None:
+                        due.append(counter)
+                    if counter is not None or not trusted:
+                        self._begin(u)
+                yield u  # until a running count ends, the figure from before stands
+                _write(fd, u)
+            except BaseException:
+                for counter in due:
+                    unlock_file(counter)
+                due.clear()
+                raise
+            finally:
+                fcntl.flock(fd, fcntl.LOCK_UN)
 
     def _begin(self, u: Usage) -> None:
         u.counting = 0
         u.reserved = self._live()
 
     def _end(self, held: int) -> None:
-        with self._open() as u:
+        with self._open([]) as u:
             u.held, u.counting = held + (u.counting or 0), None
 
     def _reclaim(self, u: Usage) -> None:
@@ -273,10 +345,15 @@ def _boot_id() -> str:
 
 
 def _forget_parent() -> None:
-    """In a forked child: the parent's reservations stay the parent's, and its threads' turns are gone."""
-    global _turn
-    _turn = threading.Lock()
+    """In a forked child: the parent's reservations and ledger descriptors stay the parent's, and its threads' turns
+    are gone."""
+    global _turn, _asking, _lead
+    _turn, _asking, _lead = threading.Lock(), threading.Lock(), threading.Lock()
     _shares.clear()
+    _asked.clear()
+    for fd in _ledgers.values():
+        os.close(fd)  # the parent's lock, if one of its threads holds it, stays the parent's until it lets go
+    _ledgers.clear()
 
 
 os.register_at_fork(after_in_child=_forget_parent)
