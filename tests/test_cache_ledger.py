@@ -116,6 +116,25 @@ def test_prune_takes_off_the_ledger_what_it_removed_and_keeps_what_was_fetched_m
     assert [p.stat().st_size for p in copies(root)] == [5000] and Cache(root).usage() == 5000
 
 
+def test_changes_asked_by_many_threads_at_once_all_count_under_the_cap(tmp_path):
+    from air_core.io.cache_ledger import Ledger
+
+    ledger, admitted = Ledger(str(tmp_path), lambda: 0), []
+
+    def copy_in_turn(k: int) -> None:
+        for _ in range(50):
+            if ledger.reserve(1000, cap=300_000):  # applied together with the others' asked meanwhile
+                admitted.append(k)
+                ledger.commit(1000)
+
+    threads = [threading.Thread(target=copy_in_turn, args=(k,)) for k in range(32)]
+    [t.start() for t in threads]
+    [t.join(60) for t in threads]
+    assert len(admitted) == 300 and ledger.used() == 300_000  # each admitted once, none past the cap, none lost
+    ledger.remove(100_000)
+    assert ledger.used() == 200_000 and (tmp_path / "usage").read_text().split()[:2] == ["200000", "0"]
+
+
 def test_a_count_of_the_cache_scans_without_the_ledger_lock(volume, monkeypatch):
     volume.files("d", 10, size=lambda i: 1000)
     list(FileStream(volume.path("d")))
