@@ -1006,6 +1006,9 @@ def before_after_section(folder: Path) -> list[str]:
             out.append(f"| {label} | {key[1]} | {shown[0]} | {shown[1]} | {change} | {ratios} |")
     for name, what, after in (
             ("ray_before_after.json", "Ray's noisiest figures", ""),
+            ("checksum_before_after.json", "A checksum on every copy (#42), the cold epoch alone",
+             "A pair is one process of each tree, run one after the other; the spread of its ratios is the "
+             "machine's: the same code measured 0.84-1.17x itself in 8 pairs."),
             ("delta_before_after.json", "The Delta export alone",
              "A run lasts 1.05-1.6 s from one process to the next, so two trees run minutes apart (the delta rows of "
              "the first table) differ by the machine's drift as much as by their code: a run of 12 rounds just "
@@ -1022,7 +1025,8 @@ def before_after_section(folder: Path) -> list[str]:
         out += ["", f"{what}, many fresh processes a tree taking turns (`{r['command']}`; before "
                 f"{r['before']}, after {r['after']}), medians:", "",
                 "| measure | samples a tree | before | after | after ÷ before |", "| --- | ---: | ---: | ---: | ---: |"]
-        out += [f"| {f['measure']} | {f['samples']} | {fmt(f['before'])} | {fmt(f['after'])} | {f['ratio']:.2f} |"
+        out += [f"| {f['measure']} | {f['samples']} | {fmt(f['before'])} | {fmt(f['after'])} | {f['ratio']:.2f}"
+                + (f" (pairs {f['pairs'][0]:.2f}-{f['pairs'][1]:.2f})" if "pairs" in f else "") + " |"
                 for f in r["figures"]]
         out += ["", after] if after else []
     return out
