@@ -213,7 +213,7 @@ def _read_ahead(rows: Iterable[Row], cache: Cache, *, fetch_threads: int, prefet
         i, vpath, src, size, mtime = item
 
         def once() -> CachedFile:
-            entry = cache.get(src, vpath, size, mtime)
+            entry = cache.fetch(src, vpath, size, mtime)  # `hit` has just looked it up
             if entry is not None:
                 return CachedFile(vpath, entry, size, i)
             local = src if transport.remote(src) is None else ""  # over the Files API a file has no local path
