@@ -218,8 +218,8 @@ class FilesApi:
         if params:
             url += "?" + urllib.parse.urlencode(params)
         headers = {"User-Agent": self._agent, **(headers or {})}
-        if hasattr(data, "fileno"):  # sent as it is read, with its length (not chunked)
-            headers["Content-Length"] = str(os.fstat(data.fileno()).st_size)
+        if hasattr(data, "seek"):  # a file, sent as it is read, with its length (not chunked)
+            headers["Content-Length"] = str(data.seek(0, os.SEEK_END))
         for attempt in range(ATTEMPTS):
             wait = None
             if hasattr(data, "seek"):  # a body sent again is sent whole
