@@ -93,6 +93,7 @@ class _Change:
 class _Share:
     fd: int
     nbytes: int = 0
+    written: int = -1  # what its file holds: it is written once a turn of the ledger, not once a change
 
 
 # This process's share of the reservations, per cache folder; changed only under the ledger's lock and `_turn`.
@@ -249,6 +250,7 @@ class Ledger:
                     if counter is not None or not trusted:
                         self._begin(u)
                 yield u  # until a running count ends, the figure from before stands
+                self._write_share()
                 _write(fd, u)
             except BaseException:
                 for counter in due:
@@ -274,6 +276,7 @@ class Ledger:
 
     def _live(self) -> int:
         """The bytes reserved by processes alive, from their files; the files of dead ones are removed."""
+        self._write_share()
         try:
             names = os.listdir(self._reserved)
         except FileNotFoundError:
@@ -306,7 +309,14 @@ class Ledger:
                 fd = lock_file(path, os.O_RDWR | os.O_CREAT | os.O_EXCL)
             share = _shares[self._reserved] = _Share(fd)
         share.nbytes = max(0, share.nbytes + nbytes)
-        os.pwrite(share.fd, b"%*d" % (_SHARE, share.nbytes), 0)
+
+    def _write_share(self) -> None:
+        """Write this process's reservations in this cache to its file, if they changed since it was written: before
+        the ledger's line, and before the files are counted."""
+        share = _shares.get(self._reserved)
+        if share is not None and share.written != share.nbytes:
+            os.pwrite(share.fd, b"%*d" % (_SHARE, share.nbytes), 0)
+            share.written = share.nbytes
 
 
 def _write(fd: int, u: Usage) -> None:
