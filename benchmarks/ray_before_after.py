@@ -111,7 +111,9 @@ def one_process(tree: Path, repeat: int, workdir: str, delta: str) -> dict[str, 
            "RAY_DATA_DISABLE_PROGRESS_BARS": "1", "RAY_DATA_LOG_LEVEL": "WARNING", "RAY_USAGE_STATS_ENABLED": "0",
            "RAY_AUTH_MODE": "disabled"}
     try:
-        out = subprocess.run([sys.executable, "-c", ONE, str(repeat), delta], env=env, capture_output=True,
+        # From the empty cache folder: `-c` puts the working folder first on sys.path, where a tree's air_core (this
+        # one's, run from the repository's root) would shadow PYTHONPATH's.
+        out = subprocess.run([sys.executable, "-c", ONE, str(repeat), delta], env=env, cwd=cache, capture_output=True,
                              text=True)
     finally:
         shutil.rmtree(cache, ignore_errors=True)
