@@ -1005,7 +1005,10 @@ def before_after_section(folder: Path) -> list[str]:
             ratios = (f"{before[4]:.2f}×, {after[4]:.2f}×" if before[4] is not None and after[4] is not None else "")
             out.append(f"| {label} | {key[1]} | {shown[0]} | {shown[1]} | {change} | {ratios} |")
     for name, what, after in (
-            ("ray_before_after.json", "Ray's noisiest figures", ""),
+            ("ray_before_after.json", "Ray's noisiest figures",
+             "Caveat: these were measured before ray_before_after.py ran its processes outside the folder it is run "
+             "from; run from the repository's root (as its usage line says), `-c` put this tree's air_core ahead of "
+             "PYTHONPATH, and both sides may have run this code. To be measured again."),
             ("checksum_before_after.json", "A checksum on every copy (#42), the cold epoch alone",
              "A pair is one process of each tree, run one after the other; the spread of its ratios is the "
              "machine's: the same code measured 0.84-1.17x itself in 8 pairs."),
