@@ -1011,7 +1011,10 @@ def before_after_section(folder: Path) -> list[str]:
              "PYTHONPATH, and both sides may have run this code. To be measured again."),
             ("checksum_before_after.json", "A checksum on every copy (#42), the cold epoch alone",
              "A pair is one process of each tree, run one after the other; the spread of its ratios is the "
-             "machine's: the same code measured 0.84-1.17x itself in 8 pairs."),
+             "machine's: the same code measured 0.84-1.17x itself in 8 pairs. The after side took a checksum of "
+             "every copy, hashed back from the page cache after the kernel's copy: short of the 0.97x the issue "
+             "allows, so checksums stay under verify=True (the ledger's shared turns and the fewer system calls a "
+             "copy makes, measured with it, stayed)."),
             ("delta_before_after.json", "The Delta export alone",
              "A run lasts 1.05-1.6 s from one process to the next, so two trees run minutes apart (the delta rows of "
              "the first table) differ by the machine's drift as much as by their code: a run of 12 rounds just "

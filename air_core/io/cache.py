@@ -118,7 +118,7 @@ _ATIME_REFRESH_NS = 60 * 10**9
 _SHARDS, _NAME_CHARS = 16, 31
 _CHECKSUM_ATTR = "user.air.xxh3"  # b"<length> <hex digest>"; see `_digest`
 _ABSENT = "absent"
-_UNCHECKED = "has no checksum to check its bytes against"  # copied by an older version: fetched again, with one
+_UNCHECKED = "has no checksum to check its bytes against"  # copied without `verify`: fetched again, with one
 
 Span = tuple[int, int]  # [start, stop) bytes of a file
 
@@ -398,7 +398,7 @@ class Cache:
         """
         length = _length(size, span)
         try:
-            _record(fd, length, copy_into(source, volume_path, size, mtime_ns, fd, span, checksum=True,
+            _record(fd, length, copy_into(source, volume_path, size, mtime_ns, fd, span, checksum=self.verify,
                                           remote=transport.remote(source), opened=opened))
         except BaseException:
             self._ledger.release(length)
@@ -724,12 +724,14 @@ def copy_into(source: str, volume_path: str, size: int, mtime_ns: int, fd: int, 
     With `checksum`, returns the copy's checksum (`_digest`), else None. A copy
     that fits one range goes through `sendfile`, inside the kernel (no Python
     buffer, few system calls: a cold pass of small files costs a third less
-    CPU per file than a copy through a buffer), and its checksum is then
-    hashed back from the page cache (a read and a hash of the bytes just
-    written, the interpreter's lock let go for the read: one more pass over
-    them, ~0.1 ms of CPU a 150 KiB file on a busy 2-core machine, less than a
-    copy through a buffer costs); a copy by ranges, or over the Files API, hashes the bytes as they
-    pass through this process. A volume's bandwidth is per open file, so a copy over
+    CPU per file than a copy through a buffer), and its checksum, if asked
+    for, is then hashed back from the page cache (a read and a hash of the
+    bytes just written, the interpreter's lock let go for the read: one more
+    pass over them, ~0.1 ms of CPU a 150 KiB file on a busy 2-core machine,
+    no more than a copy through a buffer costs; a cold epoch of such files,
+    bound by its CPU there, ran at ~0.9x with it, which is why it is not
+    taken unasked); a copy by ranges, or over the Files API, hashes the
+    bytes as they pass through this process. A volume's bandwidth is per open file, so a copy over
     `_RANGE_FROM` bytes is made of `_RANGE`-byte ranges, up to
     `_RANGE_THREADS` at once, each through its own open: a single large file
     (a Parquet export) then arrives several times faster than one stream
