@@ -680,7 +680,7 @@ def _claimed(entry: str) -> Iterator[tuple[int, str]]:
     """
     part = os.path.join(os.path.dirname(entry), "." + os.path.basename(entry) + ".part")
     while True:
-        fd = lock_file(part, os.O_RDWR | os.O_CREAT)  # read too: the copy is hashed back
+        fd = lock_file(part, os.O_RDWR | os.O_CREAT)  # read too: under `verify`, the copy is hashed back
         if _inode(part) == os.fstat(fd).st_ino:
             break
         unlock_file(fd)
@@ -983,7 +983,7 @@ def read_fd(fd: int, size: int) -> bytes:
 
 
 def _private_file(folder: str, name: str) -> tuple[int, str | None]:
-    """A new 0600 file for writing in `folder`: unnamed where the file system allows, else hidden."""
+    """A new 0600 file for writing (and reading back) in `folder`: unnamed where the file system allows, else hidden."""
     try:
         return os.open(folder, os.O_TMPFILE | os.O_RDWR, 0o600), None
     except (AttributeError, OSError):  # no O_TMPFILE on this OS or file system

@@ -200,36 +200,43 @@ class Ledger:
         while True:
             with _asking:
                 _asked.setdefault(self._file, []).append(mine)
-            due: list[int] = []
             with _lead:
-                if not mine.done:
-                    with _asking:
-                        batch = _asked.pop(self._file)
-                    try:
-                        with self._open(due) as u:
-                            for change in () if due else batch:
-                                try:
-                                    change.result = change.apply(u)
-                                except Exception as e:  # its asker's to raise; the others' changes stand
-                                    change.error = e
-                    except BaseException as e:
-                        for change in batch:
-                            change.error = change.error or e
-                    if due:  # a count begins: the others' changes to the next lead, this one's after the count
-                        with _asking:
-                            _asked[self._file] = [c for c in batch if c is not mine] + _asked.get(self._file, [])
-                    else:
-                        for change in batch:
-                            change.done = True
-            if not due:
+                counter = None if mine.done else self._apply_asked(mine)
+            if counter is None:
                 break
             try:
                 self._end(self._scan())
             finally:
-                unlock_file(due[0])
+                unlock_file(counter)
         if mine.error is not None:
             raise mine.error
         return mine.result
+
+    def _apply_asked(self, mine: _Change) -> int | None:
+        """Apply the changes asked for, `mine` among them, in one turn of the ledger's lock; the caller holds `_lead`.
+
+        Returns the lock of a count that this turn began, else None. A turn that begins a count applies no
+        change: the others' go to the next lead, `mine` waits for the count."""
+        with _asking:
+            batch = _asked.pop(self._file)
+        due: list[int] = []
+        try:
+            with self._open(due) as u:
+                for change in () if due else batch:
+                    try:
+                        change.result = change.apply(u)
+                    except Exception as e:  # its asker's to raise; the others' changes stand
+                        change.error = e
+        except BaseException as e:
+            for change in batch:
+                change.error = change.error or e
+        if due:
+            with _asking:
+                _asked[self._file] = [c for c in batch if c is not mine] + _asked.get(self._file, [])
+            return due[0]
+        for change in batch:
+            change.done = True
+        return None
 
     @contextmanager
     def _open(self, due: list[int]) -> Iterator[Usage]:
