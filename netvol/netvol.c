@@ -332,6 +332,15 @@ ssize_t pread64(int fd, void *buf, size_t count, off64_t off) { NEXT(pread64); R
 ssize_t readv(int fd, const struct iovec *iov, int cnt) { NEXT(readv); READ_BODY(fd, next_readv(fd, iov, cnt)) }
 ssize_t preadv(int fd, const struct iovec *iov, int cnt, off_t off) { NEXT(preadv); READ_BODY(fd, next_preadv(fd, iov, cnt, off)) }
 ssize_t preadv64(int fd, const struct iovec *iov, int cnt, off64_t off) { NEXT(preadv64); READ_BODY(fd, next_preadv64(fd, iov, cnt, off)) }
+/* Python's os.preadv calls preadv2 wherever the C library has it. */
+ssize_t preadv2(int fd, const struct iovec *iov, int cnt, off_t off, int flags) {
+    NEXT(preadv2);
+    READ_BODY(fd, next_preadv2(fd, iov, cnt, off, flags))
+}
+ssize_t preadv64v2(int fd, const struct iovec *iov, int cnt, off64_t off, int flags) {
+    NEXT(preadv64v2);
+    READ_BODY(fd, next_preadv64v2(fd, iov, cnt, off, flags))
+}
 ssize_t sendfile(int out, int in, off_t *off, size_t count) { NEXT(sendfile); READ_BODY(in, next_sendfile(out, in, off, count)) }
 ssize_t sendfile64(int out, int in, off64_t *off, size_t count) { NEXT(sendfile64); READ_BODY(in, next_sendfile64(out, in, off, count)) }
 ssize_t copy_file_range(int in, off64_t *in_off, int out, off64_t *out_off, size_t count, unsigned int flags) {
@@ -462,6 +471,16 @@ ssize_t pwritev(int fd, const struct iovec *iov, int cnt, off_t off) {
 ssize_t pwritev64(int fd, const struct iovec *iov, int cnt, off64_t off) {
     NEXT(pwritev64);
     return strict_writer(fd) ? fail(ESPIPE) : next_pwritev64(fd, iov, cnt, off);
+}
+
+ssize_t pwritev2(int fd, const struct iovec *iov, int cnt, off_t off, int flags) {
+    NEXT(pwritev2);
+    return strict_writer(fd) && off != -1 ? fail(ESPIPE) : next_pwritev2(fd, iov, cnt, off, flags);
+}
+
+ssize_t pwritev64v2(int fd, const struct iovec *iov, int cnt, off64_t off, int flags) {
+    NEXT(pwritev64v2);
+    return strict_writer(fd) && off != -1 ? fail(ESPIPE) : next_pwritev64v2(fd, iov, cnt, off, flags);
 }
 
 int ftruncate(int fd, off_t len) {
