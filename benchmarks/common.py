@@ -10,6 +10,7 @@ inherit the emulation; each prints one JSON line.
 from __future__ import annotations
 
 import compileall
+import hashlib
 import json
 import os
 import shutil
@@ -30,8 +31,10 @@ NETVOL = {"NETVOL_OPEN_MS": "10", "NETVOL_MBPS": "200", "NETVOL_LIST_MS": "20", 
 
 
 def netvol_so() -> str:
-    """The emulator, built once per run into the temp folder."""
-    out = os.path.join(tempfile.gettempdir(), "air-bench-netvol.so")
+    """The emulator, built into the temp folder once per version of its source: named by the source's hash,
+    so a library built from an earlier netvol.c is never loaded."""
+    digest = hashlib.sha256(netvol.SOURCE.read_bytes()).hexdigest()[:12]
+    out = os.path.join(tempfile.gettempdir(), f"air-bench-netvol-{digest}.so")
     if not os.path.exists(out):
         netvol.build(out)
     return out
