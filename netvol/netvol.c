@@ -282,6 +282,30 @@ int close(int fd) {
     return next_close(fd);
 }
 
+/* What a process leaves open at its exit was read as well: each open is traced as its close would trace it,
+   whether the process returns from main (the destructor) or ends by _exit (os._exit, a forked DataLoader
+   worker), which runs no destructor. */
+static void forget_all(void) {
+    for (int fd = 0; fd < MAX_FD; fd++)
+        if (__atomic_load_n(&files[fd].path, __ATOMIC_ACQUIRE)) forget(fd);
+}
+
+__attribute__((destructor)) static void at_exit(void) { forget_all(); }
+
+void _exit(int status) {
+    NEXT(_exit);
+    forget_all();
+    next__exit(status);
+    __builtin_unreachable();
+}
+
+void _Exit(int status) {
+    NEXT(_Exit);
+    forget_all();
+    next__Exit(status);
+    __builtin_unreachable();
+}
+
 /* A descriptor replaced by dup2 is closed by it: a local file must not inherit its remote past. */
 int dup2(int old, int new_) {
     NEXT(dup2);

@@ -86,6 +86,19 @@ def test_the_trace_counts_the_bytes_each_open_read(netvol_so, remote, tmp_path):
                      f"read {remote}/a.bin 300"]
 
 
+@pytest.mark.parametrize("ending", ["sys.exit(0)", "os._exit(0)"])
+def test_a_file_left_open_at_exit_has_its_bytes_traced(netvol_so, remote, tmp_path, ending):
+    trace = tmp_path / "trace"
+    run(netvol_so, remote, f"""
+        fd = os.open(f"{{R}}/a.bin", os.O_RDONLY)  # held open, as a reader keeps a file it reads from often
+        os.pread(fd, 1200, 0)
+        print("{{}}", flush=True)
+        {ending}
+    """, NETVOL_TRACE=str(trace), NETVOL_TRACE_BYTES="1")
+    assert [line for line in trace.read_text().splitlines() if line.startswith("read ")] == [
+        f"read {remote}/a.bin 1200"]
+
+
 def test_each_open_file_has_its_bandwidth_shared_by_its_reads(netvol_so, remote):
     (remote / "big.bin").write_bytes(os.urandom(2_000_000))
     out = run(netvol_so, remote, """
