@@ -288,7 +288,8 @@ def test_strict_mode_refuses_what_object_storage_cannot_promise(netvol_so, remot
         "write front to back": "ok", "rename a file": "ok", "delete": "ok", "again": "ok",
         "symlink": "EPERM", "hard link": "EPERM", "rename a folder": "EXDEV", "rename no-replace": "ENOSYS",
         "flock": "ENOLCK", "fcntl lock": "ENOLCK", "append to a file": "ESPIPE", "seek while writing": "ESPIPE",
-        "positional write": "ESPIPE", "vectored positional write": "ESPIPE", "truncate to 2": errno.errorcode[errno.EOPNOTSUPP], "truncate to 0": "ok",
+        "positional write": "ESPIPE", "vectored positional write": "ESPIPE",
+        "truncate to 2": errno.errorcode[errno.EOPNOTSUPP], "truncate to 0": "ok",
         "local symlink": "ok", "local folder rename": "ok",
     }
     assert set(checks(strict=False).values()) == {"ok"}  # without NETVOL_STRICT a remote folder is a plain one
